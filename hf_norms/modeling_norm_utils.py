@@ -1,0 +1,54 @@
+"""What every hf-norms model class shares: norm initialisation, and saving a checkpoint that loads anywhere.
+
+Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
+relative imports of flat files.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+from transformers.conversion_mapping import (
+    get_checkpoint_conversion_mapping,
+    register_checkpoint_conversion_mapping,
+)
+
+from .norms import init_norm_parameters
+
+
+def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
+    """Let checkpoints in the stock 4.x key layout (`vit.encoder.layer.N...`) load into `model_type`'s classes.
+
+    transformers renames those keys only for its own classes; without this, a stock checkpoint loads nothing into a
+    subclass defined outside transformers, silently.
+    """
+    register_checkpoint_conversion_mapping(
+        model_type, get_checkpoint_conversion_mapping(stock_class_name), overwrite=True
+    )
+
+
+class NormPreTrainedMixin:
+    """Shared behaviour of hf-norms models; mixed in front of a `PreTrainedModel` subclass.
+
+    - `_init_weights` also initialises the norms of `norms.py` (DyT alpha, DTN gates and position projection, SepNorm's
+      prefix norm, LaPE's `pe_norm`), so parameters a stock checkpoint lacks get their documented values.
+    - `save_pretrained` writes the runtime key layout (which the Trainer's best-model reload and resume load fully,
+      unlike transformers' default 4.x layout), the full `auto_map` of the family and the flat remote-code files.
+    """
+
+    family_auto_map: ClassVar[dict[str, str]] = {}
+
+    def _init_weights(self, module) -> None:
+        super()._init_weights(module)
+        init_norm_parameters(module)
+
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike,
+        *args,
+        save_original_format: bool = False,
+        **kwargs,
+    ):
+        self.config.auto_map = dict(self.family_auto_map)
+        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)

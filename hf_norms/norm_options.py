@@ -1,0 +1,71 @@
+"""The config fields every hf-norms config shares: which norm, and each norm's hyperparameters.
+
+Mixed into `ViTNormConfig`, `DeiTNormConfig` and `BertNormConfig`; `validate_norm_options` runs through the
+`@strict` validation of transformers configs, at construction and before saving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .norms import NORM_TYPES
+
+SEPNORM_PREFIX_NORMS = ("batchnorm", "layernorm")
+LAPE_MODES = ("cascade", "shared")
+
+
+@dataclass(kw_only=True)
+class NormOptions:
+    """Norm selection and hyperparameters.
+
+    norm_type (`str`, defaults to `"layernorm"`):
+        One of `layernorm` (stock), `dyt`, `dtn`, `sepnorm`, `lape`.
+    dyt_alpha_init (`float`, defaults to 0.5):
+        DyT's initial alpha (> 0).
+    dyt_per_channel_alpha (`bool`, defaults to `False`):
+        One alpha per channel instead of one scalar per layer.
+    dtn_num_heads (`int`, *optional*):
+        DTN head groups; defaults to `num_attention_heads`. Must divide `hidden_size`.
+    dtn_gate_init (`float`, defaults to 0.5):
+        Initial value of DTN's mean and variance gates, in [0, 1]; 1.0 is exactly LayerNorm.
+    sepnorm_prefix_norm (`str`, defaults to `"batchnorm"`):
+        SepNorm's norm for the prefix tokens: `batchnorm` (official) or `layernorm` (exact conversion).
+    lape_mode (`str`, defaults to `"cascade"`):
+        LaPE: `cascade` (each layer normalises the previous layer's PE, ICCV) or `shared` (each layer normalises the
+        input PE, arXiv v1).
+    lape_keep_input_pe (`bool`, defaults to `False`):
+        LaPE: keep the PE in the input sum and start every `pe_norm` at weight 0, bias 0, which preserves a stock
+        model's function exactly.
+    """
+
+    num_prefix_tokens: ClassVar[int] = 1
+
+    norm_type: str = "layernorm"
+    dyt_alpha_init: float = 0.5
+    dyt_per_channel_alpha: bool = False
+    dtn_num_heads: int | None = None
+    dtn_gate_init: float = 0.5
+    sepnorm_prefix_norm: str = "batchnorm"
+    lape_mode: str = "cascade"
+    lape_keep_input_pe: bool = False
+
+    def validate_norm_options(self) -> None:
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
+        if not self.dyt_alpha_init > 0:
+            raise ValueError(f"dyt_alpha_init must be > 0, got {self.dyt_alpha_init}.")
+        heads = self.dtn_num_heads or self.num_attention_heads
+        if heads <= 0 or self.hidden_size % heads != 0:
+            raise ValueError(
+                f"DTN heads ({heads}) must be a positive divisor of hidden_size ({self.hidden_size}); "
+                "set dtn_num_heads to one."
+            )
+        if not 0.0 <= self.dtn_gate_init <= 1.0:
+            raise ValueError(f"dtn_gate_init must be in [0, 1] (1 is exactly LayerNorm), got {self.dtn_gate_init}.")
+        if self.sepnorm_prefix_norm not in SEPNORM_PREFIX_NORMS:
+            raise ValueError(
+                f"sepnorm_prefix_norm={self.sepnorm_prefix_norm!r} is not supported; choose one of {SEPNORM_PREFIX_NORMS}."
+            )
+        if self.lape_mode not in LAPE_MODES:
+            raise ValueError(f"lape_mode={self.lape_mode!r} is not supported; choose one of {LAPE_MODES}.")

@@ -1,0 +1,382 @@
+"""The normalization layers of hf-norms and the one registry that builds them from a config.
+
+Every layer takes `hidden_states` of shape `[batch, seq_len, hidden]` and an optional `TokenLayout`, and returns a
+tensor of the same shape. Per-channel affine parameters are called `weight` and `bias` everywhere, so the state dict of
+an `nn.LayerNorm` loads into every variant; only the parameters a variant adds are missing.
+
+This file is copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+
+
+@dataclass
+class TokenLayout:
+    """Where each token of a `[batch, seq_len, hidden]` sequence sits.
+
+    The first `num_prefix_tokens` tokens ([CLS], DeiT's distillation token) carry no position on the grid. The
+    remaining tokens fill a `grid_size = (rows, cols)` grid in row-major order: the patch grid of an image, or a
+    single row for text. `padding_mask` (`[batch, seq_len]`, 1 for real tokens, 0 for padding) marks tokens that must
+    not contribute to statistics shared between tokens.
+    """
+
+    num_prefix_tokens: int
+    grid_size: tuple[int, int]
+    padding_mask: torch.Tensor | None = None
+
+    def check_sequence(self, hidden_states: torch.Tensor) -> None:
+        rows, cols = self.grid_size
+        seq_len = hidden_states.shape[1]
+        if self.num_prefix_tokens + rows * cols != seq_len:
+            raise ValueError(
+                f"The sequence has {seq_len} tokens, but the token layout expects {self.num_prefix_tokens} prefix "
+                f"tokens followed by a {rows}x{cols} grid ({self.num_prefix_tokens + rows * cols} tokens). DTN "
+                "needs every non-prefix token on the patch grid: pass whole images, without dropping or adding tokens."
+            )
+
+
+class LayerNorm(nn.LayerNorm):
+    """`nn.LayerNorm` that accepts (and ignores) a `TokenLayout`, so all norms share one call signature.
+
+    `y = (x - E[x]) / sqrt(Var[x] + eps) * weight + bias` over the last dimension; bit-identical to `nn.LayerNorm`.
+    """
+
+    def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        return super().forward(hidden_states)
+
+
+class DynamicTanh(nn.Module):
+    """Dynamic Tanh (DyT), Zhu et al., "Transformers without Normalization", CVPR 2025 (arXiv 2503.10622).
+
+    `y = weight * tanh(alpha * x) + bias`, with no statistics and no eps. `alpha` is one learnable scalar (`[1]`) or,
+    with `per_channel=True`, one per channel (`[hidden]`); `weight` and `bias` are `[hidden]`.
+
+    Input and output: `[batch, seq_len, hidden]`.
+    """
+
+    def __init__(self, hidden_size: int, alpha_init: float = 0.5, per_channel: bool = False):
+        super().__init__()
+        self.alpha_init = alpha_init
+        self.alpha = nn.Parameter(torch.full((hidden_size if per_channel else 1,), alpha_init))
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+
+    def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        return self.weight * torch.tanh(self.alpha * hidden_states) + self.bias
+
+    def init_parameters(self) -> None:
+        init.constant_(self.alpha, self.alpha_init)
+        init.ones_(self.weight)
+        init.zeros_(self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, alpha_init={self.alpha_init}, per_channel={self.alpha.numel() > 1}"
+
+
+def relative_offsets(rows: int, cols: int, device: torch.device | None = None) -> torch.Tensor:
+    """Relative offsets `R_ij = (dx, dy, dx^2 + dy^2)` from grid token i to grid token j: `[rows*cols, rows*cols, 3]`.
+
+    Tokens are numbered row-major; `dx` is the column offset, `dy` the row offset (`0` everywhere for text, a 1-row grid).
+    """
+    ys, xs = torch.meshgrid(
+        torch.arange(rows, device=device),
+        torch.arange(cols, device=device),
+        indexing="ij",
+    )
+    xs, ys = xs.flatten().float(), ys.flatten().float()
+    dx = xs[None, :] - xs[:, None]
+    dy = ys[None, :] - ys[:, None]
+    return torch.stack([dx, dy, dx * dx + dy * dy], dim=-1)
+
+
+def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
+    """ConViT-style local init of DTN's `pos_proj.weight` (`[num_heads, 3]`).
+
+    Head h gets `(2*d_x, 2*d_y, -1)`, so its logits `-(dx - d_x)^2 - (dy - d_y)^2 + const` peak at offset
+    `(d_x, d_y)`: heads look at the neighbours on a centred `k x k` grid of offsets (`k = ceil(sqrt(H))`), or along a line
+    of offsets for text.
+    """
+    weight = torch.zeros(num_heads, 3)
+    if one_dimensional:
+        offsets = [(h - num_heads // 2, 0) for h in range(num_heads)]
+    else:
+        k = math.ceil(math.sqrt(num_heads))
+        offsets = [(h % k - k // 2, h // k - k // 2) for h in range(num_heads)]
+    for h, (d_x, d_y) in enumerate(offsets):
+        weight[h] = torch.tensor([2.0 * d_x, 2.0 * d_y, -1.0])
+    return weight
+
+
+class DynamicTokenNorm(nn.Module):
+    """Dynamic Token Normalization (DTN), Shao et al., ICLR 2022 (arXiv 2112.02624), in the paper's exact form.
+
+    Channels split into `H` groups ("heads") of `D = hidden / H`. For a grid token i in head h, with `mu_ln, var_ln` the
+    token's statistics over all channels (biased variance, as LayerNorm) and `x_h` the head's channels of all grid
+    tokens:
+
+        mu_h  = l_mu  * mu_ln  + (1 - l_mu)  * (P_h @ x_h)
+        var_h = l_var * var_ln + (1 - l_var) * (P_h @ (x_h * x_h) - (P_h @ x_h) ** 2)
+        y     = weight * (x - mu_h) / sqrt(var_h + eps) + bias
+
+    `P_h = softmax_j(a_h . R_ij + b_h)` mixes tokens by their relative offsets `R_ij` (`relative_offsets`), with
+    `pos_proj = Linear(3, H)` holding `a_h, b_h`. Padding tokens (`layout.padding_mask == 0`) get no weight in `P_h`.
+    Prefix tokens use plain LayerNorm statistics. The gates `l_mu, l_var` (`mean_gate`, `var_gate`, `[H]`) are stored
+    as their value and clamped to `[0, 1]`: 0.5 is the paper's initial `sigmoid(0)`, and exactly 1 is LayerNorm.
+
+    Extra parameters over LayerNorm: `3H + H` (pos_proj) `+ 2H` (gates) `= 6H`.
+    Input and output: `[batch, seq_len, hidden]`; needs a `TokenLayout`.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        eps: float = 1e-5,
+        gate_init: float = 0.5,
+        one_dimensional: bool = False,
+    ):
+        super().__init__()
+        if hidden_size % num_heads != 0:
+            raise ValueError(f"DTN heads ({num_heads}) must divide the hidden size ({hidden_size}).")
+        self.num_heads = num_heads
+        self.eps = eps
+        self.gate_init = gate_init
+        self.one_dimensional = one_dimensional
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+        self.pos_proj = nn.Linear(3, num_heads)
+        self.mean_gate = nn.Parameter(torch.full((num_heads,), gate_init))
+        self.var_gate = nn.Parameter(torch.full((num_heads,), gate_init))
+
+    def init_parameters(self) -> None:
+        init.ones_(self.weight)
+        init.zeros_(self.bias)
+        init.copy_(
+            self.pos_proj.weight,
+            local_position_init(self.num_heads, self.one_dimensional),
+        )
+        init.zeros_(self.pos_proj.bias)
+        init.constant_(self.mean_gate, self.gate_init)
+        init.constant_(self.var_gate, self.gate_init)
+
+    def token_mixing(self, layout: TokenLayout, dtype: torch.dtype) -> torch.Tensor:
+        """`P` of shape `[H, M, M]` (or `[batch, H, M, M]` with padding), M grid tokens, rows summing to 1."""
+        rows, cols = layout.grid_size
+        offsets = relative_offsets(rows, cols, device=self.pos_proj.weight.device)
+        logits = self.pos_proj(offsets.to(self.pos_proj.weight.dtype)).permute(2, 0, 1)  # [H, M(i), M(j)]
+        if layout.padding_mask is not None:
+            source_is_real = layout.padding_mask[:, layout.num_prefix_tokens :].bool()  # [B, M]
+            logits = logits.unsqueeze(0).masked_fill(~source_is_real[:, None, None, :], torch.finfo(logits.dtype).min)
+        return logits.softmax(dim=-1).to(dtype)
+
+    def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        if layout is None:
+            raise ValueError("DynamicTokenNorm needs a TokenLayout (prefix tokens, grid size, padding mask).")
+        layout.check_sequence(hidden_states)
+        batch, seq_len, hidden = hidden_states.shape
+        prefix = layout.num_prefix_tokens
+        mean_ln = hidden_states.mean(dim=-1, keepdim=True)
+        var_ln = hidden_states.var(dim=-1, keepdim=True, unbiased=False)
+
+        grid = hidden_states[:, prefix:].reshape(batch, seq_len - prefix, self.num_heads, -1).transpose(1, 2)
+        mixing = self.token_mixing(layout, grid.dtype)  # [(B,) H, M, M]
+        mean_inter = mixing @ grid  # [B, H, M, D]
+        var_inter = (mixing @ (grid * grid) - mean_inter * mean_inter).clamp_min(0)
+
+        mean_gate = self.mean_gate.clamp(0, 1).view(1, -1, 1, 1)
+        var_gate = self.var_gate.clamp(0, 1).view(1, -1, 1, 1)
+        grid_mean_ln = mean_ln[:, None, prefix:]  # [B, 1, M, 1]
+        grid_var_ln = var_ln[:, None, prefix:]
+        mean = mean_gate * grid_mean_ln + (1 - mean_gate) * mean_inter
+        var = var_gate * grid_var_ln + (1 - var_gate) * var_inter
+        grid_out = ((grid - mean) / torch.sqrt(var + self.eps)).transpose(1, 2).reshape(batch, -1, hidden)
+
+        prefix_out = (hidden_states[:, :prefix] - mean_ln[:, :prefix]) / torch.sqrt(var_ln[:, :prefix] + self.eps)
+        return torch.cat([prefix_out, grid_out], dim=1) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, num_heads={self.num_heads}, eps={self.eps}, gate_init={self.gate_init}"
+
+
+class SeparateNorm(nn.Module):
+    """SepNorm, Chen et al., "On Separate Normalization in Self-supervised Transformers", NeurIPS 2023 (arXiv 2309.12931).
+
+    The first `p` tokens (`layout.num_prefix_tokens`, else `num_prefix_tokens`) ([CLS]; [CLS] and distillation for DeiT) are normalised by `prefix_norm`,
+    the others by a LayerNorm whose affine parameters are this module's `weight` and `bias`:
+
+        y[:, :p] = prefix_norm(x[:, :p]),    y[:, p:] = (x[:, p:] - E[x]) / sqrt(Var[x] + eps) * weight + bias
+
+    `prefix_norm` is a LayerNorm (exact conversion from a LayerNorm checkpoint when both copy its parameters) or a
+    `BatchNorm1d` over the batch and the prefix tokens (the official default; SyncBatchNorm under DDP).
+    Input and output: `[batch, seq_len, hidden]`.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_prefix_tokens: int,
+        eps: float = 1e-5,
+        prefix_norm: str = "batchnorm",
+    ):
+        super().__init__()
+        self.num_prefix_tokens = num_prefix_tokens
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+        self.prefix_norm = (
+            nn.LayerNorm(hidden_size, eps=eps) if prefix_norm == "layernorm" else nn.BatchNorm1d(hidden_size)
+        )
+
+    def init_parameters(self) -> None:
+        """The prefix norm starts as a copy of the token norm's affine (the loaded LayerNorm's, when converting)."""
+        init.ones_(self.weight)
+        init.zeros_(self.bias)
+        init.copy_(self.prefix_norm.weight, self.weight)
+        init.copy_(self.prefix_norm.bias, self.bias)
+
+    def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        prefix = layout.num_prefix_tokens if layout is not None else self.num_prefix_tokens
+        if hidden_states.shape[1] < prefix:
+            raise ValueError(
+                f"SepNorm separates {prefix} prefix token(s) from the rest, but the sequence has only "
+                f"{hidden_states.shape[1]} token(s): give it at least {prefix}."
+            )
+        prefix_states = hidden_states[:, :prefix]
+        if isinstance(self.prefix_norm, nn.modules.batchnorm._BatchNorm):
+            prefix_out = self.prefix_norm(prefix_states.transpose(1, 2)).transpose(1, 2)
+        else:
+            prefix_out = self.prefix_norm(prefix_states)
+        tokens_out = F.layer_norm(
+            hidden_states[:, prefix:],
+            self.weight.shape,
+            self.weight,
+            self.bias,
+            self.eps,
+        )
+        return torch.cat([prefix_out, tokens_out], dim=1)
+
+
+class PositionEmbeddingNorm(nn.LayerNorm):
+    """LaPE's per-layer LayerNorm of the position embedding, Yu et al., ICCV 2023 (arXiv 2212.05262).
+
+    Layer l computes `pos_l = pe_norm_l(pos_{l-1})` ("cascade", ICCV) or `pe_norm_l(pos_0)` ("shared", arXiv v1) and adds
+    it to its attention input. `zero_init=True` starts weight and bias at 0, so the branch adds nothing until trained:
+    a stock model keeps its function exactly. Input and output: `[1 or batch, seq_len, hidden]`.
+    """
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6, zero_init: bool = False):
+        super().__init__(hidden_size, eps=eps)
+        self.zero_init = zero_init
+        if zero_init:
+            nn.init.zeros_(self.weight)
+
+    def init_parameters(self) -> None:
+        (init.zeros_ if self.zero_init else init.ones_)(self.weight)
+        init.zeros_(self.bias)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The registry: norm_type -> what it builds.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """One `norm_type`: how to build its token norm from a config, and what else it brings.
+
+    `build(config, hidden_size, num_prefix_tokens, one_dimensional)` returns the module. `per_token` says whether each
+    token's output depends only on that token (then the norm can sit where no `TokenLayout` is known, e.g. a task head).
+    `position_norms` says whether each layer gets a LaPE `pe_norm`.
+    """
+
+    build: Callable[..., nn.Module]
+    per_token: bool
+    position_norms: bool = False
+    arxiv_id: str | None = None
+
+
+NORM_TYPES: dict[str, NormSpec] = {
+    "layernorm": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: LayerNorm(
+            hidden_size, eps=config.layer_norm_eps
+        ),
+        per_token=True,
+    ),
+    "dyt": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicTanh(
+            hidden_size,
+            alpha_init=config.dyt_alpha_init,
+            per_channel=config.dyt_per_channel_alpha,
+        ),
+        per_token=True,
+        arxiv_id="2503.10622",
+    ),
+    "dtn": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicTokenNorm(
+            hidden_size,
+            num_heads=config.dtn_num_heads or config.num_attention_heads,
+            eps=config.layer_norm_eps,
+            gate_init=config.dtn_gate_init,
+            one_dimensional=one_dimensional,
+        ),
+        per_token=False,
+        arxiv_id="2112.02624",
+    ),
+    "sepnorm": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: SeparateNorm(
+            hidden_size,
+            num_prefix_tokens,
+            eps=config.layer_norm_eps,
+            prefix_norm=config.sepnorm_prefix_norm,
+        ),
+        per_token=True,
+        arxiv_id="2309.12931",
+    ),
+    "lape": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: LayerNorm(
+            hidden_size, eps=config.layer_norm_eps
+        ),
+        per_token=True,
+        position_norms=True,
+        arxiv_id="2212.05262",
+    ),
+}
+
+
+def build_norm(
+    config,
+    num_prefix_tokens: int,
+    one_dimensional: bool = False,
+    per_token: bool = False,
+) -> nn.Module:
+    """The norm that `config.norm_type` puts where the stock model has a LayerNorm of size `config.hidden_size`.
+
+    `per_token=True` asks for a norm that needs no `TokenLayout` (a task head's norm): norm types that mix tokens
+    (DTN) give a LayerNorm there, as the official DTN keeps LayerNorm outside the token grid.
+    """
+    spec = NORM_TYPES[config.norm_type]
+    if per_token and not spec.per_token:
+        spec = NORM_TYPES["layernorm"]
+    return spec.build(config, config.hidden_size, num_prefix_tokens, one_dimensional)
+
+
+def build_position_norm(config) -> PositionEmbeddingNorm | None:
+    """LaPE's `pe_norm` for one layer, or None when `config.norm_type` has no position norms."""
+    if not NORM_TYPES[config.norm_type].position_norms:
+        return None
+    return PositionEmbeddingNorm(config.hidden_size, eps=1e-6, zero_init=config.lape_keep_input_pe)
+
+
+def init_norm_parameters(module: nn.Module) -> None:
+    """`_init_weights` hook: give a norm of this file its documented initial values (skipping loaded tensors)."""
+    if isinstance(module, (DynamicTanh, DynamicTokenNorm, SeparateNorm, PositionEmbeddingNorm)):
+        module.init_parameters()
