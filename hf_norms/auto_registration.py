@@ -1,5 +1,8 @@
 """Register the hf-norms configs and models with transformers' Auto classes."""
 
+import inspect
+from types import ModuleType
+
 import transformers
 from transformers import AutoConfig
 
@@ -7,23 +10,34 @@ from . import modeling_bert_norm, modeling_deit_norm, modeling_vit_norm
 from .configuration_bert_norm import BertNormConfig
 from .configuration_deit_norm import DeiTNormConfig
 from .configuration_vit_norm import ViTNormConfig
-from .modeling_bert_norm import BERT_NORM_AUTO_MAP
-from .modeling_deit_norm import DEIT_NORM_AUTO_MAP
-from .modeling_vit_norm import VIT_NORM_AUTO_MAP
 
 FAMILIES = (
-    (ViTNormConfig, VIT_NORM_AUTO_MAP, modeling_vit_norm),
-    (DeiTNormConfig, DEIT_NORM_AUTO_MAP, modeling_deit_norm),
-    (BertNormConfig, BERT_NORM_AUTO_MAP, modeling_bert_norm),
+    (ViTNormConfig, modeling_vit_norm),
+    (DeiTNormConfig, modeling_deit_norm),
+    (BertNormConfig, modeling_bert_norm),
 )
 
 
+def model_classes_by_auto_class(module: ModuleType, config_class: type) -> dict[str, tuple[type, ...]]:
+    """The model classes of `config_class` in `module`, grouped by their `_auto_class` (the `auto_map` entry first)."""
+    grouped: dict[str, list[type]] = {}
+    for _, cls in inspect.getmembers(module, inspect.isclass):
+        if cls.__module__ == module.__name__ and getattr(cls, "config_class", None) is config_class and cls._auto_class:
+            grouped.setdefault(cls._auto_class, []).append(cls)
+    primary = {name: reference.split(".")[1] for name, reference in module.FAMILY_AUTO_MAP.items()}
+    return {
+        name: tuple(sorted(classes, key=lambda cls: cls.__name__ != primary[name])) for name, classes in grouped.items()
+    }
+
+
 def register_auto_classes() -> None:
-    """`AutoConfig` for each model type, and each family's model class under every Auto class of its `auto_map`."""
-    for config_class, auto_map, modeling_module in FAMILIES:
+    """`AutoConfig` for each model type, and every model class under its Auto class.
+
+    Where two heads share an Auto class (DeiT's classifier with and without teacher), both are registered and
+    transformers picks the one named in the checkpoint's `architectures`, as it does for the stock DeiT.
+    """
+    for config_class, module in FAMILIES:
         AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        for auto_class_name, reference in auto_map.items():
-            if auto_class_name == "AutoConfig":
-                continue
-            model_class = getattr(modeling_module, reference.split(".")[1])
+        for auto_class_name, classes in model_classes_by_auto_class(module, config_class).items():
+            model_class = classes[0] if len(classes) == 1 else classes
             getattr(transformers, auto_class_name).register(config_class, model_class, exist_ok=True)

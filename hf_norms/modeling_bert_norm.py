@@ -48,7 +48,7 @@ from .configuration_bert_norm import BertNormConfig
 from .modeling_norm_utils import NormPreTrainedMixin
 from .norms import TokenLayout, build_norm, build_position_norm
 
-BERT_NORM_AUTO_MAP = {
+FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_bert_norm.BertNormConfig",
     "AutoModel": "modeling_bert_norm.BertNormModel",
     "AutoModelForPreTraining": "modeling_bert_norm.BertNormForPreTraining",
@@ -228,7 +228,7 @@ class BertNormEncoder(nn.Module):
 class BertNormPreTrainedModel(NormPreTrainedMixin, BertPreTrainedModel):
     config_class = BertNormConfig
     base_model_prefix = "bert"
-    family_auto_map = BERT_NORM_AUTO_MAP
+    family_auto_map = FAMILY_AUTO_MAP
     _can_record_outputs = {
         "hidden_states": BertNormLayer,
         "attentions": BertSelfAttention,

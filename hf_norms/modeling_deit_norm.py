@@ -16,7 +16,7 @@ from .configuration_deit_norm import DeiTNormConfig
 from .modeling_norm_utils import register_stock_key_renames
 from .modeling_vit_norm import VisionNormModel, VisionNormPreTrainedModel
 
-DEIT_NORM_AUTO_MAP = {
+FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_deit_norm.DeiTNormConfig",
     "AutoModel": "modeling_deit_norm.DeiTNormModel",
     "AutoModelForImageClassification": "modeling_deit_norm.DeiTNormForImageClassification",
@@ -31,7 +31,7 @@ def linear_head(config: DeiTNormConfig) -> nn.Module:
 class DeiTNormPreTrainedModel(VisionNormPreTrainedModel):
     config_class = DeiTNormConfig
     base_model_prefix = "deit"
-    family_auto_map = DEIT_NORM_AUTO_MAP
+    family_auto_map = FAMILY_AUTO_MAP
     zero_init_embeddings = True
 
 

@@ -267,7 +267,7 @@ class VisionNormModel(VisionNormPreTrainedModel):
 # ViT
 # --------------------------------------------------------------------------------------------------------------------
 
-VIT_NORM_AUTO_MAP = {
+FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_vit_norm.ViTNormConfig",
     "AutoModel": "modeling_vit_norm.ViTNormModel",
     "AutoModelForImageClassification": "modeling_vit_norm.ViTNormForImageClassification",
@@ -278,7 +278,7 @@ VIT_NORM_AUTO_MAP = {
 class ViTNormPreTrainedModel(VisionNormPreTrainedModel):
     config_class = ViTNormConfig
     base_model_prefix = "vit"
-    family_auto_map = VIT_NORM_AUTO_MAP
+    family_auto_map = FAMILY_AUTO_MAP
 
 
 class ViTNormModel(ViTNormPreTrainedModel, VisionNormModel):

@@ -50,6 +50,11 @@ class NormOptions:
     lape_mode: str = "cascade"
     lape_keep_input_pe: bool = False
 
+    def __post_init__(self, **kwargs):
+        # A stock checkpoint's config.json says e.g. `"model_type": "vit"`; this config's type is its class's.
+        kwargs.pop("model_type", None)
+        super().__post_init__(**kwargs)
+
     def validate_norm_options(self) -> None:
         if self.norm_type not in NORM_TYPES:
             raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")

