@@ -240,8 +240,7 @@ class RepoStore:
     ) -> str:
         record = {"parents": parents, "title": title, "message": message, "date": _now(), "author": author}
         record["files"] = dict(sorted(files.items()))
-        digest_input = json.dumps({"repo": repo.web_path, "nonce": uuid.uuid4().hex, **record}, sort_keys=True)
-        sha = hashlib.sha1(digest_input.encode()).hexdigest()
+        sha = hashlib.sha1(json.dumps({"nonce": uuid.uuid4().hex, **record}, sort_keys=True).encode()).hexdigest()
         _write_json(self._repo_dir(repo) / "commits" / f"{sha}.json", {"id": sha, **record})
         return sha
 
@@ -302,7 +301,7 @@ def _apply(files: dict[str, dict[str, Any]], op: CommitOp, put_blob: Callable[[b
     if isinstance(op, FileAdd):
         files[op.path] = {"oid": put_blob(op.content), "size": len(op.content)}
         return
-    doomed = [p for p in files if p.startswith(op.path.rstrip("/") + "/")] if op.folder else [op.path]
+    doomed = [p for p in files if p.startswith(op.path + "/")] if op.folder else [op.path]
     if not doomed or any(p not in files for p in doomed):
         raise HubError(404, f"A file with this name doesn't exist: {op.path}", "EntryNotFound")
     for path in doomed:
@@ -369,7 +368,7 @@ def _path_entry(files: dict[str, dict[str, Any]], path: str) -> dict[str, Any] |
 # ---------------------------------------------------------------------------------------------------------------------
 # HTTP layer
 # ---------------------------------------------------------------------------------------------------------------------
-_REPO_API = r"/api/(?P<type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"
+_REPO_API = r"/api/(?P<repo_type>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (method, re.compile(pattern), handler)
     for method, pattern, handler in [
@@ -388,11 +387,22 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", _REPO_API + r"/tag/(?P<rev>[^/]+)", "create_tag"),
         (
             "GET",
-            r"/(?:(?P<type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)",
+            r"/(?:(?P<repo_type>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)",
             "resolve",
         ),
     ]
 ]
+
+
+def _route(method: str, path: str) -> tuple[str, dict[str, str]]:
+    """The endpoint name and the URL-decoded path parameters of a request; 404 when no endpoint matches."""
+    for route_method, pattern, name in _ROUTES:
+        match = pattern.fullmatch(path)
+        allowed = (route_method, "HEAD") if route_method == "GET" else (route_method,)
+        if match and method in allowed:
+            return name, {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
+    logger.warning("Hub server has no endpoint for %s %s", method, path)
+    raise HubError(404, f"No such endpoint: {method} {path}")
 
 
 @dataclass
@@ -409,6 +419,8 @@ class _Handler(BaseHTTPRequestHandler):
     """One request: route it, run it against the server's store, answer JSON or bytes."""
 
     server: _HTTPServer
+    query: dict[str, list[str]]
+    body: bytes
     protocol_version = "HTTP/1.1"
     timeout = 60  # seconds an idle keep-alive connection is kept open
 
@@ -434,14 +446,8 @@ class _Handler(BaseHTTPRequestHandler):
             injected = self.server.hub.take_failure(method, url.path)
             if injected is not None:
                 raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
-            for route_method, pattern, name in _ROUTES:
-                match = pattern.fullmatch(url.path)
-                if match and method in (route_method, "HEAD" if route_method == "GET" else route_method):
-                    params = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
-                    getattr(self, f"_api_{name}")(**params)
-                    return
-            logger.warning("Hub server has no endpoint for %s %s", method, url.path)
-            raise HubError(404, f"No such endpoint: {method} {url.path}")
+            name, params = _route(method, url.path)
+            getattr(self, f"_api_{name}")(**params)
         except HubError as err:
             self._send_error(err)
         except (ValueError, KeyError, TypeError) as err:
@@ -476,7 +482,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj).encode(), "application/json; charset=utf-8", headers)
 
     def _send_error(self, err: HubError, headers: dict[str, str] | None = None) -> None:
-        extra = {"X-Error-Message": err.message, **(headers or {})}
+        extra = {"X-Error-Message": err.message.encode("ascii", "backslashreplace").decode(), **(headers or {})}
         if err.code:
             extra["X-Error-Code"] = err.code
         self._send_json({"error": err.message}, err.status, extra)
@@ -503,18 +509,18 @@ class _Handler(BaseHTTPRequestHandler):
             raise HubError(401, "Invalid credentials in Authorization header")
         return self.server.hub.user
 
-    def _readable_repo(self, type_: str, ns: str, name: str) -> RepoRef:
+    def _readable_repo(self, repo_type: str, ns: str, name: str) -> RepoRef:
         """The repo, if it exists and the caller may read it (private repos need a valid token)."""
-        repo = _repo_ref(type_, ns, name)
+        repo = _repo_ref(repo_type, ns, name)
         if self.server.hub.store.meta(repo)["private"]:
             token = self._token()
             if token is None or not self.server.hub.accepts(token):
                 raise _repo_not_found(repo)
         return repo
 
-    def _writable_repo(self, type_: str, ns: str, name: str) -> tuple[RepoRef, str]:
+    def _writable_repo(self, repo_type: str, ns: str, name: str) -> tuple[RepoRef, str]:
         user = self._require_write()
-        repo = _repo_ref(type_, ns, name)
+        repo = _repo_ref(repo_type, ns, name)
         self.server.hub.store.meta(repo)
         return repo, user
 
@@ -554,8 +560,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _api_validate_yaml(self) -> None:
         self._send_json({"errors": [], "warnings": []})
 
-    def _api_repo_info(self, type: str, ns: str, name: str, rev: str = DEFAULT_BRANCH) -> None:
-        repo = self._readable_repo(type, ns, name)
+    def _api_repo_info(self, repo_type: str, ns: str, name: str, rev: str = DEFAULT_BRANCH) -> None:
+        repo = self._readable_repo(repo_type, ns, name)
         store = self.server.hub.store
         sha = store.resolve(repo, rev)
         record = store.commit_record(repo, sha)
@@ -584,8 +590,8 @@ class _Handler(BaseHTTPRequestHandler):
             info["modelId"] = repo.id
         self._send_json(info)
 
-    def _api_tree(self, type: str, ns: str, name: str, rev: str, path: str = "") -> None:
-        repo = self._readable_repo(type, ns, name)
+    def _api_tree(self, repo_type: str, ns: str, name: str, rev: str, path: str = "") -> None:
+        repo = self._readable_repo(repo_type, ns, name)
         store = self.server.hub.store
         sha = store.resolve(repo, rev)
         files = store.commit_record(repo, sha)["files"]
@@ -596,8 +602,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise HubError(404, f"Folder not found: {prefix}", "EntryNotFound")
         self._send_json(entries, headers={"X-Repo-Commit": sha})
 
-    def _api_paths_info(self, type: str, ns: str, name: str, rev: str) -> None:
-        repo = self._readable_repo(type, ns, name)
+    def _api_paths_info(self, repo_type: str, ns: str, name: str, rev: str) -> None:
+        repo = self._readable_repo(repo_type, ns, name)
         store = self.server.hub.store
         files = store.commit_record(repo, store.resolve(repo, rev))["files"]
         if "json" in (self.headers.get("Content-Type") or ""):
@@ -607,8 +613,8 @@ class _Handler(BaseHTTPRequestHandler):
         entries = [_path_entry(files, p.strip("/")) for p in paths]
         self._send_json([e for e in entries if e is not None])
 
-    def _api_list_refs(self, type: str, ns: str, name: str) -> None:
-        repo = self._readable_repo(type, ns, name)
+    def _api_list_refs(self, repo_type: str, ns: str, name: str) -> None:
+        repo = self._readable_repo(repo_type, ns, name)
         refs = self.server.hub.store.refs(repo)
 
         def listing(kind: str, prefix: str) -> list[dict[str, str]]:
@@ -623,8 +629,8 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
 
-    def _api_list_commits(self, type: str, ns: str, name: str, rev: str) -> None:
-        repo = self._readable_repo(type, ns, name)
+    def _api_list_commits(self, repo_type: str, ns: str, name: str, rev: str) -> None:
+        repo = self._readable_repo(repo_type, ns, name)
         store = self.server.hub.store
         commits = [
             {
@@ -638,8 +644,8 @@ class _Handler(BaseHTTPRequestHandler):
         ]
         self._send_json(commits)
 
-    def _api_preupload(self, type: str, ns: str, name: str, rev: str) -> None:
-        repo, _ = self._writable_repo(type, ns, name)
+    def _api_preupload(self, repo_type: str, ns: str, name: str, rev: str) -> None:
+        repo, _ = self._writable_repo(repo_type, ns, name)
         store = self.server.hub.store
         sha = store.resolve(repo, rev)
         files = store.commit_record(repo, sha)["files"]
@@ -654,8 +660,8 @@ class _Handler(BaseHTTPRequestHandler):
         ]
         self._send_json({"files": answer, "commitOid": sha})
 
-    def _api_commit(self, type: str, ns: str, name: str, rev: str) -> None:
-        repo, user = self._writable_repo(type, ns, name)
+    def _api_commit(self, repo_type: str, ns: str, name: str, rev: str) -> None:
+        repo, user = self._writable_repo(repo_type, ns, name)
         if self.query.get("create_pr", ["0"])[0] not in ("0", "false"):
             raise HubError(400, "Pull requests are not supported by this hub", "BadRequest")
         header, operations = parse_commit_payload(self.body)
@@ -679,20 +685,20 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
 
-    def _api_create_branch(self, type: str, ns: str, name: str, rev: str) -> None:
-        repo, _ = self._writable_repo(type, ns, name)
+    def _api_create_branch(self, repo_type: str, ns: str, name: str, rev: str) -> None:
+        repo, _ = self._writable_repo(repo_type, ns, name)
         start = self._json_body().get("startingPoint") or DEFAULT_BRANCH
         self.server.hub.store.create_ref(repo, "branches", _check_name(rev, "branch name"), start)
         self._send_json({})
 
-    def _api_create_tag(self, type: str, ns: str, name: str, rev: str) -> None:
-        repo, _ = self._writable_repo(type, ns, name)
+    def _api_create_tag(self, repo_type: str, ns: str, name: str, rev: str) -> None:
+        repo, _ = self._writable_repo(repo_type, ns, name)
         tag = _check_name(self._json_body()["tag"], "tag name")
         self.server.hub.store.create_ref(repo, "tags", tag, rev)
         self._send_json({})
 
-    def _api_resolve(self, ns: str, name: str, rev: str, path: str, type: str = "") -> None:
-        repo = self._readable_repo(type, ns, name)
+    def _api_resolve(self, ns: str, name: str, rev: str, path: str, repo_type: str = "") -> None:
+        repo = self._readable_repo(repo_type, ns, name)
         store = self.server.hub.store
         sha = store.resolve(repo, rev)
         info = store.commit_record(repo, sha)["files"].get(path)
@@ -803,7 +809,9 @@ class HubServer:
             raise RuntimeError("HubServer is already running")
         self.root.mkdir(parents=True, exist_ok=True)
         self._httpd = _HTTPServer(("127.0.0.1", self._port), self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="hf-norms-hub", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hf-norms-hub", daemon=True
+        )
         self._thread.start()
         logger.info("Hub server listening on %s (root %s)", self.url, self.root)
         return self

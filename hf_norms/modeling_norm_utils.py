@@ -43,6 +43,12 @@ class NormPreTrainedMixin:
         super()._init_weights(module)
         init_norm_parameters(module)
 
+    def _initialize_weights(self, module, is_custom_code: bool = False) -> None:
+        # `_init_weights` here writes only through `transformers.initialization`, which skips loaded tensors, so the
+        # shortcut transformers takes for remote code (skip a module whose own tensors are all loaded) is not needed;
+        # it would skip SepNorm, whose missing prefix norm starts as a copy of the loaded affine.
+        super()._initialize_weights(module, is_custom_code=False)
+
     def save_pretrained(
         self,
         save_directory: str | os.PathLike,

