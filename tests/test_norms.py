@@ -129,9 +129,7 @@ def test_parameter_overheads_match_the_papers(family):
     base = count_parameters(hf_norms_model(family, "layernorm"))
     config = tiny_config(family, "layernorm")
     hidden, heads, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
-    norms_replaced = (
-        2 * layers + 1 if family != "bert" else 2 * layers + 1
-    )  # vision: 2/layer + final; BERT: 2/layer + embeddings
+    norms_replaced = 2 * layers + 1  # 2 per layer, plus the final norm (vision) or the embedding norm (BERT)
     assert count_parameters(hf_norms_model(family, "dtn")) - base == 6 * heads * norms_replaced
     assert count_parameters(hf_norms_model(family, "lape")) - base == 2 * hidden * layers
     assert count_parameters(hf_norms_model(family, "dyt")) - base == norms_replaced
