@@ -879,14 +879,17 @@ class HubServer:
         return None
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run a standalone hub: `python -m hf_norms.hub_server --root DIR --port N [--token T ...]`."""
-    parser = argparse.ArgumentParser(description="Hugging Face Hub-compatible server on 127.0.0.1")
+def add_cli_command(subparsers: argparse._SubParsersAction) -> None:
+    """`hf-norms hub --root DIR [--port N] [--token T ...]`: serve a standalone hub on 127.0.0.1."""
+    parser = subparsers.add_parser("hub", help="serve a Hugging Face Hub-compatible API on 127.0.0.1")
     parser.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--token", action="append", help="accepted bearer token (repeatable; default: any token)")
     parser.add_argument("--user", default=DEFAULT_USER, help="user name the tokens authenticate as")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=serve_forever)
+
+
+def serve_forever(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     hub = HubServer(args.root, tokens=args.token, port=args.port, user=args.user).start()
     print(f"HF_ENDPOINT={hub.url}", flush=True)
@@ -896,7 +899,4 @@ def main(argv: list[str] | None = None) -> None:
         pass
     finally:
         hub.stop()
-
-
-if __name__ == "__main__":
-    main()
+    return 0

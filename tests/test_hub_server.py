@@ -261,7 +261,7 @@ def test_repos_survive_restart_and_range_requests(tmp_path: Path) -> None:
 
 
 def test_standalone_command(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "hf_norms.hub_server", "--root", str(tmp_path), "--token", TOKEN]
+    command = [sys.executable, "-m", "hf_norms.cli", "hub", "--root", str(tmp_path), "--token", TOKEN]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
         try:
             endpoint = process.stdout.readline().strip().removeprefix("HF_ENDPOINT=")

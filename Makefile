@@ -1,0 +1,26 @@
+# Set-up and entry points. `make demo` and `make test` each set up what they need first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint benchmarks
+
+$(STAMP): pyproject.toml
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/hf-norms demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check hf_norms tests benchmarks conversions
+	$(BIN)/ruff format --check hf_norms tests benchmarks conversions
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q
+
+benchmarks: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
