@@ -48,7 +48,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HubError", "HubServer", "main"]
+__all__ = ["HubError", "HubServer", "add_cli_command"]
 
 REPO_TYPES = ("model", "dataset", "space")
 DEFAULT_BRANCH = "main"

@@ -34,7 +34,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_vit_norm import ViTNormConfig
 from .modeling_norm_utils import NormPreTrainedMixin, register_stock_key_renames
-from .norms import TokenLayout, build_norm, build_position_norm
+from .norms import LapePositionCache, TokenLayout, build_norm, build_position_norm
 
 PREFIX_TOKEN_NAMES = ("cls_token", "distillation_token")
 
@@ -198,6 +198,7 @@ class VisionNormModel(VisionNormPreTrainedModel):
         self.layers = nn.ModuleList([VisionNormLayer(config) for _ in range(config.num_hidden_layers)])
         self.layernorm = build_norm(config, config.num_prefix_tokens)
         self.pooler = ViTPooler(config) if add_pooling_layer else None
+        self.lape_positions = LapePositionCache()
         self.post_init()
 
     def get_input_embeddings(self) -> ViTPatchEmbeddings:
@@ -243,19 +244,19 @@ class VisionNormModel(VisionNormPreTrainedModel):
             attention_mask=attention_mask,
         )
         layout = self.token_layout(pixel_values)
-        cascade = self.config.lape_mode == "cascade"
+        pe_norms = [layer.pe_norm for layer in self.layers if layer.pe_norm is not None]
+        if pe_norms:
+            source = self.embeddings.position_embeddings
+            source_key = (source.data_ptr(), source._version, *pixel_values.shape[-2:], bool(interpolate_pos_encoding))
+            cascade = self.config.lape_mode == "cascade"
+            per_layer = self.lape_positions(pe_norms, position_embeddings, cascade, source_key, self.training)
+        else:
+            per_layer = [None] * len(self.layers)
 
         hidden_states = embedding_output
-        layer_position_embeddings = position_embeddings
-        for layer in self.layers:
-            if layer.pe_norm is not None:
-                layer_position_embeddings = layer.pe_norm(layer_position_embeddings if cascade else position_embeddings)
+        for layer, layer_position_embeddings in zip(self.layers, per_layer, strict=True):
             hidden_states = layer(
-                hidden_states,
-                attention_mask,
-                layer_position_embeddings if layer.pe_norm is not None else None,
-                token_layout=layout,
-                **kwargs,
+                hidden_states, attention_mask, layer_position_embeddings, token_layout=layout, **kwargs
             )
 
         sequence_output = self.layernorm(hidden_states, layout)

@@ -1,0 +1,435 @@
+"""Publish a converted or fine-tuned checkpoint folder to a Hub endpoint, with its model card, in one commit.
+
+`push_to_hub(folder, repo_id)` (and `hf-norms push DIR REPO_ID`):
+
+1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
+   or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
+   processor that loads;
+2. picks the files to upload: everything except files that look like secrets (`.env`, `*.pem`, `*token*`, ...),
+   hidden files, pickles (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`) and stray training checkpoints
+   (`checkpoint-*/`), unless a file is named with `include`; the folder's own README.md is replaced by the card;
+3. renders the card (`hf_norms.model_card`) and refuses if the token occurs in it or in any file to upload;
+4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
+   symlinks, so the local folder is never written. Nothing on the Hub is deleted unless `delete_patterns` asks.
+
+The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
+stored login (`hf auth login`). The token never appears in a log line or an error message. A failure of the network
+or the server raises `PushError`; the local folder is untouched and running the same push again completes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import httpx2
+from huggingface_hub import CommitInfo, HfApi, get_token
+from huggingface_hub import constants as hub_constants
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+from . import __version__
+from .model_card import FAMILIES, model_card_for_folder, read_json
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CheckpointRefused", "PushError", "add_cli_command", "push_to_hub", "select_upload_files"]
+
+# Names (lower-cased) that look like credentials; the tokenizer's own files are the exception to `*token*`.
+SECRET_PATTERNS = (
+    ".env",
+    ".env.*",
+    "*.env",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_ed25519*",
+    ".netrc",
+    ".git-credentials",
+    "*token*",
+    "*secret*",
+    "*credential*",
+    "*password*",
+)
+TOKENIZER_FILES = frozenset(
+    {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.model"}
+)
+PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+STRAY_FOLDER_PATTERNS = ("checkpoint-*", "__pycache__")
+IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+CARD_NAME = "README.md"
+RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
+SCAN_CHUNK = 1 << 22
+
+
+class CheckpointRefused(ValueError):
+    """The folder cannot be published as it is; nothing was uploaded. The message names the problem and the fix."""
+
+
+class PushError(RuntimeError):
+    """The Hub endpoint could not be reached or failed; the local folder is untouched and the push can be retried."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What is in the folder
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_checkpoint(folder: Path) -> dict[str, Any]:
+    """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads; returns its config.json."""
+    if not folder.is_dir():
+        raise CheckpointRefused(f"{folder} is not a folder; give the folder a model was saved to.")
+    if not (folder / "config.json").is_file():
+        raise CheckpointRefused(
+            f"{folder} has no config.json, so it is not a checkpoint; save one with `model.save_pretrained(folder)`."
+        )
+    try:
+        config = read_json(folder / "config.json")
+    except (OSError, ValueError) as err:
+        raise CheckpointRefused(f"{folder / 'config.json'} is not valid JSON ({err}); save the model again.") from err
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointRefused(
+            f"{folder} holds a {model_type!r} model, not an hf-norms one ({', '.join(FAMILIES)}); convert it first "
+            "(`hf-norms convert`)."
+        )
+    if not ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()):
+        raise CheckpointRefused(
+            f"{folder} has no safetensors weights (model.safetensors); save them with `model.save_pretrained(folder)`, "
+            "which writes safetensors."
+        )
+    check_remote_code(folder, config)
+    check_weights_load(folder, config)
+    check_preprocessor(folder)
+    return config
+
+
+def check_remote_code(folder: Path, config: dict[str, Any]) -> None:
+    """The config's `auto_map` is the family's full map, and every file it reaches by relative imports is present."""
+    family_map = importlib.import_module(f"hf_norms.modeling_{config['model_type']}").FAMILY_AUTO_MAP
+    auto_map = config.get("auto_map") or {}
+    wrong = sorted(name for name, target in family_map.items() if auto_map.get(name) != target)
+    if wrong:
+        raise CheckpointRefused(
+            f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
+            "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
+        )
+    pending = {target.split(".")[0] for target in family_map.values()}
+    seen: set[str] = set()
+    while pending:
+        module = pending.pop()
+        seen.add(module)
+        path = folder / f"{module}.py"
+        if not path.is_file():
+            raise CheckpointRefused(
+                f"{folder} lacks the remote-code file {path.name}; save the model again with hf_norms, which copies "
+                "the flat modeling files next to the weights."
+            )
+        pending |= set(RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8"))) - seen
+
+
+def check_weights_load(folder: Path, config: dict[str, Any]) -> None:
+    """Load the checkpoint with its own class; every weight must match a parameter and the reverse."""
+    import hf_norms
+
+    architecture = (config.get("architectures") or [""])[0]
+    model_class = getattr(hf_norms, architecture, None)
+    if model_class is None:
+        raise CheckpointRefused(
+            f"{folder / 'config.json'} names the architecture {architecture!r}, which is not an hf-norms model class; "
+            "save the model again with hf_norms."
+        )
+    try:
+        _, info = model_class.from_pretrained(folder, output_loading_info=True)
+    except Exception as err:  # any failure to load is the refusal's reason
+        raise CheckpointRefused(f"{folder} does not load as {architecture}: {err}") from err
+    problems = {key: sorted(map(str, info[key]))[:5] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    problems = {key: names for key, names in problems.items() if names}
+    if problems:
+        raise CheckpointRefused(
+            f"{folder} does not load cleanly as {architecture} ({problems}); the weights do not belong to this "
+            "config. Save the model again with `model.save_pretrained(folder)`."
+        )
+
+
+def check_preprocessor(folder: Path) -> None:
+    """A tokenizer or an image processor must be saved next to the weights (pipelines and users need it), and load."""
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    if any((folder / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+        loader = AutoImageProcessor
+    elif any((folder / name).is_file() for name in TOKENIZER_MARKERS):
+        loader = AutoTokenizer
+    else:
+        raise CheckpointRefused(
+            f"{folder} has no tokenizer or image processor; save the source's next to the weights "
+            "(`tokenizer.save_pretrained(folder)` or `image_processor.save_pretrained(folder)`)."
+        )
+    try:
+        loader.from_pretrained(folder)
+    except Exception as err:  # any failure to load is the refusal's reason
+        raise CheckpointRefused(f"the {loader.__name__} saved in {folder} does not load: {err}") from err
+
+
+def skip_reason(relative_path: str) -> str | None:
+    """Why a file is not uploaded unless named explicitly, or None to upload it."""
+    path = PurePosixPath(relative_path)
+    for part in path.parts[:-1]:
+        if any(fnmatch.fnmatch(part, pattern) for pattern in STRAY_FOLDER_PATTERNS):
+            return "a stray training checkpoint or cache folder"
+        if part.startswith("."):
+            return "inside a hidden folder"
+    name = path.name.lower()
+    if name not in TOKENIZER_FILES and any(fnmatch.fnmatch(name, pattern) for pattern in SECRET_PATTERNS):
+        return "looks like a secret"
+    if name.startswith("."):
+        return "a hidden file"
+    if any(fnmatch.fnmatch(name, pattern) for pattern in PICKLE_PATTERNS):
+        return "a pickle (can run code when loaded, and training_args.bin holds hub_token)"
+    if relative_path == CARD_NAME:
+        return "replaced by the rendered model card"
+    return None
+
+
+def select_upload_files(folder: Path, include: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """(files to upload, {skipped file: reason}), as paths relative to `folder` with `/` separators, sorted.
+
+    A file named in `include` is uploaded whatever its name; naming a file that is not there is an error.
+    """
+    include = {PurePosixPath(name).as_posix() for name in include}
+    selected, skipped = [], {}
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(folder).as_posix()
+        reason = None if relative in include else skip_reason(relative)
+        if reason is None:
+            selected.append(relative)
+        else:
+            skipped[relative] = reason
+    missing = sorted(include - set(selected))
+    if missing:
+        raise CheckpointRefused(f"include names {missing}, which are not files in {folder}.")
+    return selected, skipped
+
+
+def file_contains(path: Path, needle: bytes) -> bool:
+    """Whether `needle` occurs in the file, read in chunks (overlapping by len(needle) - 1 bytes)."""
+    overlap = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(SCAN_CHUNK):
+            if needle in overlap + chunk:
+                return True
+            overlap = chunk[-(len(needle) - 1) :] if len(needle) > 1 else b""
+    return False
+
+
+def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None, card_text: str = "") -> None:
+    """Raise CheckpointRefused naming the files (never the token) that contain `token`."""
+    if not token:
+        return
+    leaks = [name for name in files if file_contains(folder / name, token.encode())]
+    if token in card_text:
+        leaks.append(f"{CARD_NAME} (rendered)")
+    if leaks:
+        raise CheckpointRefused(
+            f"The Hub token occurs in {leaks}; nothing was uploaded. Remove it from those files (a "
+            "TrainingArguments(hub_token=...) is pickled into training_args.bin: use HF_TOKEN or `hf auth login`)."
+        )
+
+
+def trainer_upload_files(output_dir: Path) -> list[str]:
+    """The files `Trainer.push_to_hub` uploads from its output folder (all but `_*` and `checkpoint-*`)."""
+    files = []
+    for path in sorted(output_dir.rglob("*")):
+        relative = path.relative_to(output_dir).as_posix()
+        if path.is_file() and not any(fnmatch.fnmatch(relative, p) for p in ("_*", "checkpoint-*", "*/checkpoint-*")):
+            files.append(relative)
+    return files
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The push
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def resolve_endpoint(endpoint: str | None) -> str:
+    """`endpoint`, else `HF_ENDPOINT` as set now, else huggingface_hub's default."""
+    return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
+
+
+def push_to_hub(
+    folder: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    include: Iterable[str] = (),
+    delete_patterns: Sequence[str] | None = None,
+    dry_run: bool = False,
+    **card_overrides: Any,
+) -> CommitInfo | list[str]:
+    """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring.
+
+    `revision` is a branch, created from main when missing. `include` names files to upload that would be skipped.
+    `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted
+    otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`, `license`, `datasets`,
+    `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns the file list
+    (README.md included) without contacting the endpoint.
+
+    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is uploaded,
+    or `PushError` when the endpoint fails.
+    """
+    folder = Path(folder).resolve()
+    config = check_checkpoint(folder)
+    files, skipped = select_upload_files(folder, include)
+    for name, reason in skipped.items():
+        logger.info("Not uploading %s: %s (name it with --include to upload it)", name, reason)
+    own_card = CARD_NAME in files
+    card_text = "" if own_card else str(model_card_for_folder(folder, repo_id, **card_overrides))
+    token = token or get_token()
+    refuse_token_leaks(folder, files, token, card_text)
+    uploads = sorted({*files, CARD_NAME})
+    if dry_run:
+        return uploads
+    if not token:
+        raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
+    endpoint = resolve_endpoint(endpoint)
+    message = commit_message or (
+        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {__version__}"
+    )
+    api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=__version__)
+    logger.info("Uploading %d files from %s to %s/%s", len(uploads), folder, endpoint, repo_id)
+    with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
+        staging = Path(staging_dir)
+        for name in files:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(folder / name, staging / name)
+        if not own_card:
+            (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision and revision != hub_constants.DEFAULT_REVISION:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=staging,
+                commit_message=message,
+                revision=revision,
+                delete_patterns=list(delete_patterns) if delete_patterns else None,
+            )
+        except OfflineModeIsEnabled:
+            raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None
+        except HfHubHTTPError as err:
+            raise PushError(explain_http_error(err, endpoint, repo_id, folder, token)) from None
+        except (httpx2.HTTPError, OSError) as err:
+            raise PushError(
+                redact(
+                    f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "
+                    "or HF_ENDPOINT) and the network; nothing in the folder was changed, so run the same push again.",
+                    token,
+                )
+            ) from None
+
+
+def explain_http_error(err: HfHubHTTPError, endpoint: str, repo_id: str, folder: Path, token: str) -> str:
+    """A message naming the HTTP status, what it means for this push and what to do, without the token."""
+    status = err.response.status_code if err.response is not None else None
+    if status in (401, 403):
+        advice = "the token was refused: use one with write access to this namespace (HF_TOKEN or `hf auth login`)"
+    elif status == 412:
+        advice = "the branch moved during the push: run it again"
+    elif status is not None and status >= 500:
+        advice = "the server failed, so the commit was not made: run the same push again"
+    else:
+        advice = "see the server's message"
+    detail = str(err).splitlines()[0]
+    return redact(
+        f"Pushing {folder} to {repo_id} at {endpoint} failed with HTTP {status}: {advice}. The local folder is "
+        f"untouched. Server said: {detail}",
+        token,
+    )
+
+
+def redact(text: str, token: str | None) -> str:
+    return text.replace(token, "<token>") if token else text
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def add_cli_command(subparsers: argparse._SubParsersAction) -> None:
+    """`hf-norms push DIR REPO_ID [--private] [--revision R] [--commit-message M] [--endpoint URL] ...`."""
+    parser = subparsers.add_parser(
+        "push",
+        help="publish a checkpoint folder with its model card to a Hub endpoint",
+        description=(
+            "Upload an hf-norms checkpoint folder to REPO_ID in one commit, with a model card rendered from its "
+            "conversion report and training metrics. The token comes from HF_TOKEN or `hf auth login`."
+        ),
+    )
+    parser.add_argument("folder", metavar="DIR", help="the checkpoint folder (config.json, model.safetensors, ...)")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. my-org/vit-dyt")
+    parser.add_argument("--private", action="store_true", help="create the repo private (no effect if it exists)")
+    parser.add_argument("--revision", help="branch to commit to (created from main if missing)")
+    parser.add_argument("--commit-message", help="commit title")
+    parser.add_argument("--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument(
+        "--include", action="append", default=[], metavar="PATH", help="upload this file even if it would be skipped"
+    )
+    parser.add_argument(
+        "--delete", action="append", default=[], metavar="PATTERN", help="delete matching remote files in the commit"
+    )
+    parser.add_argument("--base-model", help="Hub id of the source checkpoint, when the report names a local copy")
+    parser.add_argument("--license", help="license id for the card (default: the source's, where known)")
+    parser.add_argument("--dataset", action="append", default=[], metavar="ID", help="Hub dataset id for the card")
+    parser.add_argument("--training-dataset", help="what a Trainer run in this folder trained and evaluated on")
+    parser.add_argument("--note", action="append", default=[], help="a sentence for 'How this checkpoint was made'")
+    parser.add_argument("--dry-run", action="store_true", help="check and list the files, upload nothing")
+    parser.set_defaults(run=run_push)
+
+
+def run_push(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        result = push_to_hub(
+            args.folder,
+            args.repo_id,
+            private=args.private,
+            revision=args.revision,
+            commit_message=args.commit_message,
+            endpoint=args.endpoint,
+            include=args.include,
+            delete_patterns=args.delete,
+            dry_run=args.dry_run,
+            base_model=args.base_model,
+            license=args.license,
+            datasets=args.dataset,
+            training_dataset=args.training_dataset,
+            notes=args.note,
+        )
+    except (CheckpointRefused, PushError) as err:
+        print(f"hf-norms push: error: {err}", file=sys.stderr)
+        return 1
+    if isinstance(result, list):
+        print(json.dumps({"files": result}, indent=1))
+    else:
+        print(f"Pushed {args.folder} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
+    return 0

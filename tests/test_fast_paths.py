@@ -1,0 +1,160 @@
+"""Every fast path equals the reference formula it replaces: forward and gradients, fp32 and bf16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_config
+
+import hf_norms
+from hf_norms import DynamicTanh, SeparateNorm
+
+
+def dyt_reference(layer: DynamicTanh, x: torch.Tensor) -> torch.Tensor:
+    """The paper's `weight * tanh(alpha * x) + bias`."""
+    return layer.weight * torch.tanh(layer.alpha * x) + layer.bias
+
+
+def random_dyt(per_channel: bool) -> DynamicTanh:
+    torch.manual_seed(0)
+    layer = DynamicTanh(64, alpha_init=0.5, per_channel=per_channel)
+    with torch.no_grad():
+        layer.alpha.uniform_(0.2, 1.5)
+        layer.weight.normal_()
+        layer.bias.normal_()
+    return layer
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dyt_sigmoid_form_equals_tanh_forward_and_backward(per_channel):
+    layer = random_dyt(per_channel)
+    x = (torch.randn(4, 17, 64) * 3).requires_grad_()
+    fast = layer(x)
+    grads_fast = torch.autograd.grad(fast.square().sum(), [x, *layer.parameters()])
+    reference = dyt_reference(layer, x)
+    grads_reference = torch.autograd.grad(reference.square().sum(), [x, *layer.parameters()])
+    torch.testing.assert_close(fast, reference, rtol=0, atol=2e-6)
+    for fast_grad, reference_grad in zip(grads_fast, grads_reference, strict=True):
+        torch.testing.assert_close(fast_grad, reference_grad, rtol=1e-5, atol=1e-4)
+    with torch.no_grad():  # the in-place inference path
+        torch.testing.assert_close(layer(x), reference, rtol=0, atol=2e-6)
+
+
+def test_dyt_bf16_is_within_bf16_rounding_of_the_fp32_reference():
+    layer = random_dyt(per_channel=False).to(torch.bfloat16)
+    x = torch.randn(4, 17, 64).to(torch.bfloat16)
+    out = layer(x)
+    assert out.dtype == torch.bfloat16
+    reference = dyt_reference(layer.float(), x.float())
+    # one rounding of the result to bf16 (8 mantissa bits): half an ulp of the largest output, relative
+    assert (out.float() - reference).abs().max() <= reference.abs().max() * 2**-8
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), out)
+    x.requires_grad_()
+    layer(x).float().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and torch.isfinite(x.grad.float()).all()
+
+
+@pytest.mark.parametrize("prefix_norm", ["layernorm", "batchnorm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sepnorm_single_buffer_equals_concatenated_reference(prefix_norm, dtype):
+    torch.manual_seed(0)
+    layer = SeparateNorm(32, num_prefix_tokens=2, prefix_norm=prefix_norm).to(dtype)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.normal_()
+    reference_layer = SeparateNorm(32, num_prefix_tokens=2, prefix_norm=prefix_norm).to(dtype)
+    reference_layer.load_state_dict(layer.state_dict())
+    x = torch.randn(4, 9, 32, dtype=dtype, requires_grad=True)
+    x_reference = x.detach().clone().requires_grad_()
+
+    out = layer(x)
+    prefix = x_reference[:, :2]
+    prefix_norm_module = reference_layer.prefix_norm
+    prefix_out = (
+        prefix_norm_module(prefix.transpose(1, 2)).transpose(1, 2)
+        if prefix_norm == "batchnorm"
+        else prefix_norm_module(prefix)
+    )
+    tokens = F.layer_norm(x_reference[:, 2:], (32,), reference_layer.weight, reference_layer.bias, reference_layer.eps)
+    reference = torch.cat([prefix_out, tokens], dim=1)
+    assert torch.equal(out, reference)
+    out.float().square().sum().backward()
+    reference.float().square().sum().backward()
+    torch.testing.assert_close(x.grad, x_reference.grad)
+    for (name, param), reference_param in zip(layer.named_parameters(), reference_layer.parameters(), strict=True):
+        torch.testing.assert_close(param.grad, reference_param.grad, msg=name)
+
+
+def lape_model(family: str, mode: str):
+    torch.manual_seed(0)
+    config = tiny_config(family, "lape", lape_mode=mode)
+    model = (hf_norms.ViTNormModel if family == "vit" else hf_norms.BertNormModel)(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, hf_norms.PositionEmbeddingNorm):
+                module.weight.normal_()
+                module.bias.normal_()
+    return model
+
+
+def lape_inputs(family: str) -> dict:
+    if family == "vit":
+        return {"pixel_values": torch.randn(2, 3, 32, 32)}
+    return {"input_ids": torch.randint(3, 100, (2, 7))}
+
+
+def cache_of(model):
+    return model.lape_positions if hasattr(model, "lape_positions") else model.encoder.lape_positions
+
+
+@pytest.mark.parametrize("mode", ["cascade", "shared"])
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_lape_positions_are_cached_in_inference_and_invalidated(family, mode):
+    model = lape_model(family, mode)
+    inputs = lape_inputs(family)
+    with torch.no_grad():
+        first = model(**inputs).last_hidden_state
+        cached = cache_of(model).value
+        assert len(cached) == model.config.num_hidden_layers
+        second = model(**inputs).last_hidden_state
+        assert cache_of(model).value is cached  # reused, not recomputed
+    assert torch.equal(first, second)
+    with torch.enable_grad():  # with autograd: computed afresh, same values
+        assert torch.equal(model(**inputs).last_hidden_state, first)
+
+    pe_norm = next(m for m in model.modules() if isinstance(m, hf_norms.PositionEmbeddingNorm))
+    with torch.no_grad():
+        pe_norm.bias.add_(0.5)  # a parameter changes in place (as an optimizer step does)
+        changed = model(**inputs).last_hidden_state
+    assert cache_of(model).value is not cached
+    assert not torch.equal(changed, first)
+
+    uncached = lape_model(family, mode)
+    uncached.load_state_dict(model.state_dict())
+    with torch.enable_grad():
+        torch.testing.assert_close(uncached(**inputs).last_hidden_state, changed, rtol=0, atol=0)
+
+
+def test_lape_cache_is_not_used_in_training_and_refreshed_when_training_resumes():
+    model = lape_model("vit", "cascade")
+    inputs = lape_inputs("vit")
+    with torch.no_grad():
+        model(**inputs)
+    cached = cache_of(model).value
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(**inputs).last_hidden_state.square().mean().backward()
+    assert cache_of(model).value is cached  # training computed its own positions, with autograd
+    pe_norm_grads = [m.weight.grad for m in model.modules() if isinstance(m, hf_norms.PositionEmbeddingNorm)]
+    assert all(g is not None and g.abs().sum() > 0 for g in pe_norm_grads[:1])
+    optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        after = model(**inputs).last_hidden_state
+    assert cache_of(model).value is not cached
+    reference = lape_model("vit", "cascade")
+    reference.load_state_dict(model.state_dict())
+    with torch.enable_grad():
+        torch.testing.assert_close(reference(**inputs).last_hidden_state, after, rtol=0, atol=0)
