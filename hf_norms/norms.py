@@ -93,22 +93,6 @@ class DynamicTanh(nn.Module):
         return f"{self.weight.shape[0]}, alpha_init={self.alpha_init}, per_channel={self.alpha.numel() > 1}"
 
 
-def relative_offsets(rows: int, cols: int, device: torch.device | None = None) -> torch.Tensor:
-    """Relative offsets `R_ij = (dx, dy, dx^2 + dy^2)` from grid token i to grid token j: `[rows*cols, rows*cols, 3]`.
-
-    Tokens are numbered row-major; `dx` is the column offset, `dy` the row offset (`0` everywhere for text, a 1-row grid).
-    """
-    ys, xs = torch.meshgrid(
-        torch.arange(rows, device=device),
-        torch.arange(cols, device=device),
-        indexing="ij",
-    )
-    xs, ys = xs.flatten().float(), ys.flatten().float()
-    dx = xs[None, :] - xs[:, None]
-    dy = ys[None, :] - ys[:, None]
-    return torch.stack([dx, dy, dx * dx + dy * dy], dim=-1)
-
-
 def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
     """ConViT-style local init of DTN's `pos_proj.weight` (`[num_heads, 3]`).
 
@@ -127,6 +111,22 @@ def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
     return weight
 
 
+def axis_mixing(
+    length: int, linear: torch.Tensor, quadratic: torch.Tensor, source_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Per-head softmax over source positions j of `linear_h * d + quadratic_h * d^2`, `d = j - i`, along one axis.
+
+    `linear`, `quadratic`: `[H]`; `source_mask`: `[B, length]` (False: padding, never a source). Returns
+    `[H, length(i), length(j)]`, or `[B, H, length, length]` with a mask; rows sum to 1.
+    """
+    positions = torch.arange(length, device=linear.device, dtype=linear.dtype)
+    offsets = positions[None, :] - positions[:, None]
+    logits = linear[:, None, None] * offsets + quadratic[:, None, None] * offsets * offsets
+    if source_mask is not None:
+        logits = logits.unsqueeze(0).masked_fill(~source_mask[:, None, None, :], torch.finfo(logits.dtype).min)
+    return logits.softmax(dim=-1)
+
+
 class DynamicTokenNorm(nn.Module):
     """Dynamic Token Normalization (DTN), Shao et al., ICLR 2022 (arXiv 2112.02624), in the paper's exact form.
 
@@ -138,7 +138,7 @@ class DynamicTokenNorm(nn.Module):
         var_h = l_var * var_ln + (1 - l_var) * (P_h @ (x_h * x_h) - (P_h @ x_h) ** 2)
         y     = weight * (x - mu_h) / sqrt(var_h + eps) + bias
 
-    `P_h = softmax_j(a_h . R_ij + b_h)` mixes tokens by their relative offsets `R_ij` (`relative_offsets`), with
+    `P_h = softmax_j(a_h . R_ij + b_h)` mixes tokens by their relative offsets `R_ij = (dx, dy, dx^2 + dy^2)`, with
     `pos_proj = Linear(3, H)` holding `a_h, b_h`. Padding tokens (`layout.padding_mask == 0`) get no weight in `P_h`.
     Prefix tokens use plain LayerNorm statistics. The gates `l_mu, l_var` (`mean_gate`, `var_gate`, `[H]`) are stored
     as their value and clamped to `[0, 1]`: 0.5 is the paper's initial `sigmoid(0)`, and exactly 1 is LayerNorm.
@@ -179,15 +179,29 @@ class DynamicTokenNorm(nn.Module):
         init.constant_(self.mean_gate, self.gate_init)
         init.constant_(self.var_gate, self.gate_init)
 
-    def token_mixing(self, layout: TokenLayout, dtype: torch.dtype) -> torch.Tensor:
-        """`P` of shape `[H, M, M]` (or `[batch, H, M, M]` with padding), M grid tokens, rows summing to 1."""
+    def mix_tokens(self, values: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+        """`P_h @ values` for `values` of shape `[B, H, M, D]`, without forming the `[H, M, M]` matrix `P_h`.
+
+        The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
+        `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so the softmax over
+        the grid is the product of a softmax over columns and one over rows: `P_h = P_rows (x) P_cols`. Mixing along
+        columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel. Padding
+        (`layout.padding_mask`) is supported on one-row layouts (text), where it removes source columns.
+        """
         rows, cols = layout.grid_size
-        offsets = relative_offsets(rows, cols, device=self.pos_proj.weight.device)
-        logits = self.pos_proj(offsets.to(self.pos_proj.weight.dtype)).permute(2, 0, 1)  # [H, M(i), M(j)]
+        weight = self.pos_proj.weight  # [H, 3]: coefficients of dx, dy, dx^2 + dy^2
+        source_mask = None
         if layout.padding_mask is not None:
-            source_is_real = layout.padding_mask[:, layout.num_prefix_tokens :].bool()  # [B, M]
-            logits = logits.unsqueeze(0).masked_fill(~source_is_real[:, None, None, :], torch.finfo(logits.dtype).min)
-        return logits.softmax(dim=-1).to(dtype)
+            if rows != 1:
+                raise ValueError("DTN takes a padding mask only for one-row layouts (text); images have no padding.")
+            source_mask = layout.padding_mask[:, layout.num_prefix_tokens :].bool()  # [B, cols]
+        column_mixing = axis_mixing(cols, weight[:, 0], weight[:, 2], source_mask).to(values.dtype)
+        batch, heads, _, depth = values.shape
+        mixed = column_mixing.unsqueeze(-3) @ values.reshape(batch, heads, rows, cols, depth)
+        if rows > 1:
+            row_mixing = axis_mixing(rows, weight[:, 1], weight[:, 2], None).to(values.dtype)  # [H, rows, rows]
+            mixed = torch.einsum("hrs,bhscd->bhrcd", row_mixing, mixed)
+        return mixed.reshape(batch, heads, rows * cols, depth)
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """Evaluated as LayerNorm plus a correction, which is exact algebra with `x_ln = (x - mu_ln) / sqrt(var_ln + eps)`:
@@ -213,9 +227,8 @@ class DynamicTokenNorm(nn.Module):
         var_ln, mean_ln = torch.var_mean(tokens, dim=-1, keepdim=True, correction=0)  # [B, M, 1]
         normalized = by_head((tokens - mean_ln) * torch.rsqrt(var_ln + self.eps))  # only scaled by (scale - 1) below
         mean_ln, var_ln = mean_ln[:, None], var_ln[:, None]  # [B, 1, M, 1]
-        mixing = self.token_mixing(layout, grid.dtype)  # [(B,) H, M, M]
-        mean_inter = mixing @ grid  # [B, H, M, D]
-        var_inter = (mixing @ (grid * grid) - mean_inter * mean_inter).clamp_min(0)
+        mean_inter = self.mix_tokens(grid, layout)  # [B, H, M, D]
+        var_inter = (self.mix_tokens(grid * grid, layout) - mean_inter * mean_inter).clamp_min(0)
 
         mean_gate = self.mean_gate.clamp(0, 1).view(1, -1, 1, 1)
         var_gate = self.var_gate.clamp(0, 1).view(1, -1, 1, 1)

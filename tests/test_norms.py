@@ -9,9 +9,16 @@ from conftest import tiny_config
 
 import hf_norms
 from hf_norms import DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm, TokenLayout
-from hf_norms.norms import relative_offsets
 
 torch.set_default_dtype(torch.float32)
+
+
+def relative_offsets(rows: int, cols: int) -> torch.Tensor:
+    """`R_ij = (dx, dy, dx^2 + dy^2)` from grid token i to grid token j (row-major): `[M, M, 3]`."""
+    ys, xs = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    xs, ys = xs.flatten().float(), ys.flatten().float()
+    dx, dy = xs[None, :] - xs[:, None], ys[None, :] - ys[:, None]
+    return torch.stack([dx, dy, dx * dx + dy * dy], dim=-1)
 
 
 def dtn_reference(layer: DynamicTokenNorm, x: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
@@ -57,14 +64,14 @@ def random_dtn(hidden=24, heads=3) -> DynamicTokenNorm:
     return layer
 
 
-@pytest.mark.parametrize("padding", [False, True])
-def test_dtn_matches_the_paper_formula(padding):
+@pytest.mark.parametrize(("grid", "padding"), [((3, 4), False), ((1, 12), False), ((1, 12), True)])
+def test_dtn_matches_the_paper_formula(grid, padding):
     layer = random_dtn()
-    x = torch.randn(2, 1 + 3 * 4, 24) * 3 + 1
+    x = torch.randn(2, 1 + 12, 24) * 3 + 1
     mask = torch.ones(2, 13, dtype=torch.long)
     if padding:
         mask[1, -4:] = 0
-    layout = TokenLayout(1, (3, 4), mask if padding else None)
+    layout = TokenLayout(1, grid, mask if padding else None)
     out = layer(x, layout)
     reference = dtn_reference(layer, x, layout)
     rows = mask.bool()
@@ -82,11 +89,15 @@ def test_dtn_with_gates_at_one_is_layernorm_bit_for_bit():
 
 
 def test_dtn_mixing_rows_sum_to_one_and_ignore_padding():
+    from hf_norms.norms import axis_mixing
+
     layer = random_dtn()
-    mask = torch.tensor([[1] * 7 + [0] * 3])
-    mixing = layer.token_mixing(TokenLayout(1, (1, 9), mask), torch.float32)
-    torch.testing.assert_close(mixing.sum(-1), torch.ones(1, 3, 9))
-    assert mixing[..., 6:].abs().max() == 0
+    mask = torch.tensor([[True] * 7 + [False] * 3])
+    mixing = axis_mixing(10, layer.pos_proj.weight[:, 0], layer.pos_proj.weight[:, 2], mask)
+    torch.testing.assert_close(mixing.sum(-1), torch.ones(1, 3, 10))
+    assert mixing[..., 7:].abs().max() == 0
+    with pytest.raises(ValueError, match="padding mask only for one-row layouts"):
+        layer(torch.randn(1, 13, 24), TokenLayout(1, (3, 4), torch.ones(1, 13)))
 
 
 def test_dyt_is_the_papers_equation():

@@ -1,0 +1,1 @@
+"""Speed, memory and fidelity measurements of hf-norms; each module runs with `python -m benchmarks.<name>`."""

@@ -1,0 +1,100 @@
+"""Each norm layer alone, forward and forward+backward, fp32 and bf16, as ratios to `nn.LayerNorm` in the same run.
+
+python -m benchmarks.norm_layers            # [32, 197, 384]: ViT-S/16 at batch 32
+python -m benchmarks.norm_layers --smoke    # tiny sizes, a few rounds (run by the test suite)
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import torch
+
+from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
+from hf_norms.norms import DynamicTanh, DynamicTokenNorm, LayerNorm, PositionEmbeddingNorm, SeparateNorm, TokenLayout
+
+
+def norm_layers(hidden: int, heads: int, prefix: int) -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    layers = {
+        "layernorm": LayerNorm(hidden, eps=1e-6),
+        "dyt": DynamicTanh(hidden),
+        "dyt (per-channel alpha)": DynamicTanh(hidden, per_channel=True),
+        "dtn": DynamicTokenNorm(hidden, heads, eps=1e-6),
+        "sepnorm (LayerNorm prefix)": SeparateNorm(hidden, prefix, eps=1e-6, prefix_norm="layernorm"),
+        "sepnorm (BatchNorm prefix)": SeparateNorm(hidden, prefix, eps=1e-6, prefix_norm="batchnorm"),
+    }
+    layers["dtn"].init_parameters()
+    return layers
+
+
+class NaiveDyT(torch.nn.Module):
+    """The paper's formula as written, `weight * tanh(alpha * x) + bias`: the baseline DyT's fast path replaces."""
+
+    def __init__(self, layer: DynamicTanh):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        return self.layer.weight * torch.tanh(self.layer.alpha * x) + self.layer.bias
+
+
+def candidates(
+    layers: dict[str, torch.nn.Module], x: torch.Tensor, layout: TokenLayout, backward: bool
+) -> dict[str, Callable[[], object]]:
+    def forward_only(layer):
+        def run():
+            with torch.no_grad():
+                return layer(x, layout)
+
+        return run
+
+    def forward_backward(layer):
+        x_grad = x.detach().requires_grad_()
+        grad_out = torch.ones_like(x)
+
+        def run():
+            layer(x_grad, layout).backward(grad_out)
+
+        return run
+
+    make = forward_backward if backward else forward_only
+    return {name: make(layer) for name, layer in layers.items()}
+
+
+def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int) -> str:
+    prefix = 1
+    layout = TokenLayout(prefix, (tokens_side, tokens_side))
+    sections = [f"Norm layers on [{batch}, {prefix + tokens_side**2}, {hidden}], {torch.get_num_threads()} threads."]
+    for dtype in (torch.float32, torch.bfloat16):
+        for backward in (False, True):
+            layers = {name: layer.to(dtype) for name, layer in norm_layers(hidden, heads, prefix).items()}
+            layers["dyt, naive tanh formula"] = NaiveDyT(layers["dyt"])
+            x = torch.randn(batch, prefix + tokens_side**2, hidden, dtype=dtype)
+            timings = time_interleaved(candidates(layers, x, layout, backward), rounds=rounds)
+            title = f"{'forward+backward' if backward else 'forward'}, {str(dtype).removeprefix('torch.')}"
+            sections.append(f"\n{title}\n\n" + markdown_table(TIMING_HEADER, ratio_rows(timings, "layernorm")))
+    pe_norm = PositionEmbeddingNorm(hidden)
+    pe = torch.randn(1, prefix + tokens_side**2, hidden)
+    timings = time_interleaved({"layernorm": lambda: pe_norm(pe)}, rounds=rounds)
+    sections.append(
+        f"\nLaPE's per-layer pe_norm on one [1, {pe.shape[1]}, {hidden}] position embedding (cached at inference): "
+        f"{timings['layernorm'].median * 1e3:.3f} ms"
+    )
+    return "\n".join(sections)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds, to check that it runs")
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        print(run(batch=2, tokens_side=3, hidden=16, heads=2, rounds=2))
+    else:
+        print(run(batch=32, tokens_side=14, hidden=384, heads=6, rounds=args.rounds))
+
+
+if __name__ == "__main__":
+    main()

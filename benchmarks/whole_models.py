@@ -1,0 +1,133 @@
+"""Whole models per norm_type, as ratios to the `layernorm` model in the same run: a ViT-S/16-sized ViT at batch 8
+(224 px) and the real MiniLM BERT at batch 16 x 128 tokens; eager and `torch.compile`, inference and a training step.
+
+    python -m benchmarks.whole_models                     # everything (compiling takes minutes on 2 cores)
+    python -m benchmarks.whole_models --no-compile        # eager only
+    python -m benchmarks.whole_models --smoke             # tiny sizes, few rounds (run by the test suite)
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import torch
+from transformers import AutoTokenizer
+
+import hf_norms
+from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
+from hf_norms import packaged
+
+NORM_VARIANTS = {
+    "layernorm": {},
+    "dyt": {},
+    "dtn": {},
+    "sepnorm": {"sepnorm_prefix_norm": "batchnorm"},
+    "lape": {},
+}
+
+
+def vit_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
+    size = dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, image_size=224)
+    if smoke:
+        size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32)
+    batch = 2 if smoke else 8
+    models = {}
+    for norm_type, options in NORM_VARIANTS.items():
+        torch.manual_seed(0)
+        config = hf_norms.ViTNormConfig(norm_type=norm_type, patch_size=16, num_labels=10, **size, **options)
+        models[norm_type] = hf_norms.ViTNormForImageClassification(config)
+    inputs = {
+        "pixel_values": torch.randn(batch, 3, size["image_size"], size["image_size"]),
+        "labels": torch.arange(batch) % 10,
+    }
+    return models, inputs
+
+
+def bert_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
+    batch, length = (2, 16) if smoke else (16, 128)
+    tokenizer = AutoTokenizer.from_pretrained(packaged.minilm_path())
+    texts = [text for text, _ in packaged.bbc_news()[:batch]]
+    inputs = dict(tokenizer(texts, padding="max_length", truncation=True, max_length=length, return_tensors="pt"))
+    inputs["labels"] = torch.arange(batch) % 5
+    models = {}
+    for norm_type, options in NORM_VARIANTS.items():
+        if smoke:
+            config = hf_norms.BertNormConfig(
+                norm_type=norm_type,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                num_labels=5,
+                **options,
+            )
+            models[norm_type] = hf_norms.BertNormForSequenceClassification(config)
+        else:
+            models[norm_type] = hf_norms.BertNormForSequenceClassification.from_pretrained(
+                packaged.minilm_path(), norm_type=norm_type, num_labels=5, **options
+            )
+    return models, inputs
+
+
+def inference(model: torch.nn.Module, inputs: dict) -> Callable[[], object]:
+    model.eval()
+    features = {k: v for k, v in inputs.items() if k != "labels"}
+
+    def run():
+        with torch.inference_mode():
+            return model(**features).logits
+
+    return run
+
+
+def training_step(model: torch.nn.Module, inputs: dict) -> Callable[[], object]:
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def run():
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+
+    return run
+
+
+def section(title: str, models: dict, inputs: dict, make: Callable, compile_models: bool, rounds: int) -> str:
+    runners = {}
+    for name, model in models.items():
+        runner_model = torch.compile(model) if compile_models else model
+        runners[name] = make(runner_model, inputs)
+    timings = time_interleaved(runners, rounds=rounds, warmup=3 if compile_models else 2)
+    return f"\n{title}\n\n" + markdown_table(TIMING_HEADER, ratio_rows(timings, "layernorm"))
+
+
+def run(smoke: bool, compile_models: bool, rounds: int) -> str:
+    out = [f"Whole models, {torch.get_num_threads()} threads, fp32."]
+    for family, build in (
+        ("ViT-S/16-sized ViT, batch 8", vit_models),
+        ("real MiniLM BERT, batch 16 x 128", bert_models),
+    ):
+        models, inputs = build(smoke)
+        for mode, make in (("inference", inference), ("training step (AdamW)", training_step)):
+            for compiled in (False, True) if compile_models else (False,):
+                if compiled and mode.startswith("training") and not smoke:
+                    continue  # compiling backward graphs of 10 models takes far longer than the comparison is worth
+                title = f"{family}: {mode}, {'torch.compile' if compiled else 'eager'}"
+                out.append(section(title, models, inputs, make, compiled, rounds))
+                torch._dynamo.reset()
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds, to check that it runs")
+    parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args(argv)
+    print(run(smoke=args.smoke, compile_models=not args.no_compile, rounds=2 if args.smoke else args.rounds))
+
+
+if __name__ == "__main__":
+    main()
