@@ -8,6 +8,7 @@ from .auto_registration import register_auto_classes
 from .configuration_bert_norm import BertNormConfig
 from .configuration_deit_norm import DeiTNormConfig
 from .configuration_vit_norm import ViTNormConfig
+from .convert import convert
 from .modeling_bert_norm import (
     BertNormForMaskedLM,
     BertNormForMultipleChoice,
@@ -35,6 +36,7 @@ from .norms import (
     SeparateNorm,
     TokenLayout,
 )
+from .publish import push_to_hub
 
 __version__ = "0.1.0"
 
@@ -67,4 +69,6 @@ __all__ = [
     "ViTNormForImageClassification",
     "ViTNormForMaskedImageModeling",
     "ViTNormModel",
+    "convert",
+    "push_to_hub",
 ]

@@ -22,7 +22,6 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from . import __version__
 from .citations import PAPERS, Paper
 from .norm_options import NormOptions
 from .version_guard import SUPPORTED_TRANSFORMERS
@@ -55,7 +54,8 @@ HEADS = {
     "LMHeadModel": ("AutoModelForCausalLM", "text-generation"),
     "Model": ("AutoModel", None),  # feature extraction; the task depends on the modality
 }
-# Data names used by hf_norms (packaged.py, conversion reports) -> the same data on the Hub, for `datasets:`.
+# Data used by hf-norms (packaged.py; the conversion recipes name data files `<key>-<split>...`) -> the same data on
+# the Hub, for `datasets:` and model-index.
 HUB_DATASETS = {
     "bbc_news": "SetFit/bbc-news",
     "fashion_mnist": "zalando-datasets/fashion_mnist",
@@ -74,9 +74,11 @@ RUN_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "mo
 
 @dataclass(frozen=True)
 class NormText:
-    """How a card explains one norm_type: a title, a paragraph, a LaTeX equation, where it sits."""
+    """How a card explains one norm_type: a title, what it does to the model, a paragraph, a LaTeX equation, where it
+    sits."""
 
     title: str
+    headline: str
     description: str
     equation: str
     placement: str
@@ -85,12 +87,14 @@ class NormText:
 NORM_TEXTS = {
     "layernorm": NormText(
         title="LayerNorm",
+        headline="with its stock LayerNorms",
         description="The stock LayerNorm: statistics over the channels of each token, then a per-channel affine map.",
         equation=r"y = \gamma \odot \frac{x - \mu(x)}{\sqrt{\sigma^2(x) + \epsilon}} + \beta",
         placement="Every norm of the stock model is a LayerNorm; the model is the stock architecture.",
     ),
     "dyt": NormText(
         title="Dynamic Tanh (DyT)",
+        headline="with **Dynamic Tanh (DyT)** in place of its LayerNorms",
         description=(
             "DyT replaces normalization by an element-wise squashing function with a learnable input scale. It "
             "computes no statistics: each channel of each token is mapped on its own."
@@ -103,6 +107,7 @@ NORM_TEXTS = {
     ),
     "dtn": NormText(
         title="Dynamic Token Normalization (DTN)",
+        headline="with **Dynamic Token Normalization (DTN)** in place of its LayerNorms",
         description=(
             "DTN mixes, per head group of channels, the LayerNorm statistics of each token with statistics gathered "
             "across tokens, weighted by learned functions of the relative position of the tokens."
@@ -121,6 +126,7 @@ NORM_TEXTS = {
     ),
     "sepnorm": NormText(
         title="SepNorm",
+        headline="with **SepNorm** in place of its LayerNorms",
         description="SepNorm normalizes the prefix tokens ([CLS], and DeiT's distillation token) with their own norm.",
         equation=r"y_{\mathrm{prefix}} = \mathrm{Norm}_{\mathrm{prefix}}(x_{\mathrm{prefix}}),\quad y_{\mathrm{tokens}} = \mathrm{LN}(x_{\mathrm{tokens}})",
         placement=(
@@ -130,6 +136,7 @@ NORM_TEXTS = {
     ),
     "lape": NormText(
         title="LaPE (layer-adaptive position embedding)",
+        headline="with **LaPE**: its position embedding normalized by its own LayerNorm in every layer",
         description=(
             "LaPE takes the position embedding out of the input sum: each layer normalizes it with its own "
             "LayerNorm and adds it to that layer's attention input only."
@@ -175,6 +182,7 @@ class CardFacts:
     tags: list[str]
     notes: list[str]
     hf_norms_version: str
+    without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
 
     @property
     def model_name(self) -> str:
@@ -214,6 +222,32 @@ def head_of(architecture: str) -> tuple[str, str | None]:
         if architecture.endswith(suffix):
             return head
     raise ValueError(f"{architecture!r} is not an hf-norms model class (ViTNorm*, DeiTNorm*, BertNorm*).")
+
+
+def weight_names(folder: Path) -> set[str]:
+    """Names of the tensors in a folder's safetensors weights, read from the headers (empty when there are none)."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return set(read_json(index)["weight_map"])
+    if not (folder / "model.safetensors").is_file():
+        return set()
+    with safe_open(folder / "model.safetensors", framework="pt") as weights:
+        return set(weights.keys())
+
+
+def saved_without_pooler(folder: Path, architecture: str) -> bool:
+    """A bare `*NormModel` whose weights have no pooler: it loads cleanly only with `add_pooling_layer=False`."""
+    names = weight_names(folder)
+    return head_of(architecture)[0] == "AutoModel" and bool(names) and not any("pooler." in name for name in names)
+
+
+def installed_version() -> str:
+    """This package's version (read when needed: `hf_norms/__init__.py` may import this module before defining it)."""
+    import hf_norms
+
+    return hf_norms.__version__
 
 
 def read_json(path: Path) -> Any:
@@ -275,15 +309,27 @@ def looks_like_repo_id(value: str | None) -> bool:
     return bool(value) and re.fullmatch(r"[\w.-]+/[\w.-]+", value) is not None and not Path(value).exists()
 
 
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s/()]+/)*([^\s/()]+)")
+
+
+def data_name(description: str) -> str:
+    """A report's data description without local folders: `/tmp/x/bbc_news-test.txt` -> `bbc_news-test.txt`."""
+    return ABSOLUTE_PATH.sub(r"\1", description)
+
+
+def hub_dataset(description: str | None) -> str | None:
+    """The Hub id of the data a description names, where known: a Hub id itself, or a `HUB_DATASETS` key that starts
+    its file name (`bbc_news-train.txt` -> `SetFit/bbc-news`)."""
+    if not description:
+        return None
+    name = data_name(description)
+    return HUB_DATASETS.get(re.split(r"[-.\s]", name)[0]) or (name if looks_like_repo_id(name) else None)
+
+
 def report_datasets(report: dict[str, Any] | None) -> list[str]:
-    """Hub ids of the data the report used for calibration, healing and evaluation, where known."""
-    ids = []
-    for step in ("calibration", "healing", "evaluation"):
-        data = ((report or {}).get(step) or {}).get("data")
-        hub_id = HUB_DATASETS.get(data, data if looks_like_repo_id(data) else None)
-        if hub_id and hub_id not in ids:
-            ids.append(hub_id)
-    return ids
+    """Hub ids of the data the report fitted weights on (calibration, healing), where known."""
+    ids = [hub_dataset(((report or {}).get(step) or {}).get("data")) for step in ("calibration", "healing")]
+    return list(dict.fromkeys(hub_id for hub_id in ids if hub_id))
 
 
 def gather_card_facts(
@@ -320,13 +366,14 @@ def gather_card_facts(
     inherited = source_card_data(report)
     source = (report or {}).get("source")
     training = read_training_facts(folder, training_dataset)
+    architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
     all_datasets = [*(datasets or []), *report_datasets(report)]
     if training is not None and looks_like_repo_id(training.dataset):
         all_datasets.append(training.dataset)
     return CardFacts(
         repo_id=repo_id,
         model_type=model_type,
-        architecture=(config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0],
+        architecture=architecture,
         norm_type=config.get("norm_type", "layernorm"),
         norm_options=non_default_norm_options(config),
         base_model=base_model or (source if looks_like_repo_id(source) else None),
@@ -337,7 +384,8 @@ def gather_card_facts(
         training=training,
         tags=list(tags or []),
         notes=list(notes or []),
-        hf_norms_version=(report or {}).get("hf_norms_version") or __version__,
+        hf_norms_version=(report or {}).get("hf_norms_version") or installed_version(),
+        without_pooler=saved_without_pooler(folder, architecture),
     )
 
 
@@ -369,7 +417,7 @@ def eval_results(facts: CardFacts) -> list[EvalResult]:
         return [
             EvalResult(
                 task_type=task,
-                dataset_type=HUB_DATASETS.get(dataset, dataset),
+                dataset_type=hub_dataset(dataset) or dataset,
                 dataset_name=dataset,
                 metric_type=name,
                 metric_value=value,
@@ -380,13 +428,13 @@ def eval_results(facts: CardFacts) -> list[EvalResult]:
     stage = facts.published_stage
     if stage is None:
         return []
-    data = facts.report["evaluation"]["data"]
+    data = data_name(facts.report["evaluation"]["data"])
     measured = facts.report["stages"][stage]["end_to_end"]
     return [
         EvalResult(
             task_type=task,
             task_name="fidelity to the source checkpoint",
-            dataset_type=HUB_DATASETS.get(data, data),
+            dataset_type=hub_dataset(data) or data,
             dataset_name=data,
             metric_type=metric_type,
             metric_value=measured[key],
@@ -415,7 +463,7 @@ def provenance(facts: CardFacts) -> list[str]:
             if report.get("exact")
             else "approximately: this norm cannot reproduce the source's LayerNorms exactly (see the fidelity table)"
         )
-        steps.append(f"Source: {source} (`{report.get('architecture', facts.architecture)}` weights).")
+        steps.append(f"Source: {source}.")
         steps.append(
             f"Converted with hf-norms {facts.hf_norms_version} to `{facts.architecture}`, "
             f'`norm_type="{facts.norm_type}"`, {exact}.'
@@ -424,12 +472,12 @@ def provenance(facts: CardFacts) -> list[str]:
         if report.get("calibration"):
             c = report["calibration"]
             steps.append(
-                f"Calibrated ({c['method']}) on {c['samples']} samples of {c['data']}, in {c['seconds']:.1f} s."
+                f"Calibrated ({c['method']}) on {c['samples']} samples of {data_name(c['data'])}, in {c['seconds']:.1f} s."
             )
         if report.get("healing"):
             h = report["healing"]
             steps.append(
-                f"Healed by distillation from the source ({h['loss']}) on {h['samples']} samples of {h['data']}: "
+                f"Healed by distillation from the source ({h['loss']}) on {h['samples']} samples of {data_name(h['data'])}: "
                 f"{h['steps']} steps, {h['seconds']:.0f} s."
             )
     if facts.training is not None:
@@ -456,7 +504,7 @@ def limitations(facts: CardFacts) -> list[str]:
     report = facts.report or {}
     if report.get("evaluation"):
         items.append(
-            f"The fidelity figures hold for {report['evaluation']['data']}; inputs far from it may differ more."
+            f"The fidelity figures hold for {data_name(report['evaluation']['data'])}; inputs far from it may differ more."
         )
     if report and not report.get("exact") and not facts.trained_after_conversion:
         items.append(
@@ -465,8 +513,8 @@ def limitations(facts: CardFacts) -> list[str]:
         )
     if report.get("exact") and facts.training is None:
         items.append(
-            "The conversion is exact, so the model behaves as the source does: the new norm changes anything only "
-            "once the model is trained further."
+            "The conversion is exact, so the model computes what the source computes: the new norm makes a "
+            "difference only once the model is trained further."
         )
     if facts.norm_type == "dyt":
         items.append("DyT has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's.")
@@ -502,6 +550,11 @@ def limitations(facts: CardFacts) -> list[str]:
             )
         if facts.family == "bert":
             items.append("The LaPE paper covers vision transformers only; its BERT form here is an analogue.")
+    if facts.without_pooler:
+        items.append(
+            "The checkpoint has no pooler weights (its source has none): load it with `add_pooling_layer=False` and "
+            "use `last_hidden_state`; without that argument the pooler is randomly initialised."
+        )
     items.append(
         f"The remote code refuses to run outside transformers{SUPPORTED_TRANSFORMERS}, the releases it was written for."
     )
@@ -541,11 +594,13 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         family_name=family_name,
         config_class=config_class,
         auto_class=facts.auto_class,
+        load_kwargs=", add_pooling_layer=False" if facts.without_pooler else "",
         norm=NORM_TEXTS[facts.norm_type],
         options=facts.norm_options,
         paper=paper,
         provenance=provenance(facts),
         report=facts.report,
+        evaluation_data=data_name(facts.report["evaluation"]["data"]) if facts.report else None,
         fidelity_rows=fidelity_rows(facts.report),
         training_metrics=training_metrics,
         limitations=limitations(facts),
@@ -587,16 +642,21 @@ def create_trainer_model_card(
     output_dir = Path(trainer.args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     trainer.save_state()
-    source_folder = Path(str(getattr(trainer.model, "name_or_path", "") or "."))
-    if not (output_dir / REPORT_NAME).is_file() and (source_folder / REPORT_NAME).is_file():
-        shutil.copyfile(source_folder / REPORT_NAME, output_dir / REPORT_NAME)
+    loaded_from = str(getattr(trainer.model, "name_or_path", "") or "")
+    if loaded_from and not (output_dir / REPORT_NAME).is_file() and (Path(loaded_from) / REPORT_NAME).is_file():
+        shutil.copyfile(Path(loaded_from) / REPORT_NAME, output_dir / REPORT_NAME)
     as_list = lambda value: [value] if isinstance(value, str) else list(value or [])  # noqa: E731
     repo_id = trainer.hub_model_id or model_name or output_dir.name
+    # The model's lineage: a Hub id it was loaded from, else what the card beside its local source says.
+    source_card = Path(loaded_from) / "README.md" if loaded_from else None
+    source_data = ModelCard.load(source_card).data if source_card and source_card.is_file() else None
+    if finetuned_from is None:
+        finetuned_from = loaded_from if looks_like_repo_id(loaded_from) else getattr(source_data, "base_model", None)
     card = model_card_for_folder(
         output_dir,
         repo_id,
         base_model=finetuned_from,
-        license=license,
+        license=license or getattr(source_data, "license", None),
         language=language,
         datasets=as_list(dataset_tags),
         training_dataset=", ".join(as_list(dataset)) or None,

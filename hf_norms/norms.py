@@ -141,7 +141,8 @@ class DynamicTokenNorm(nn.Module):
     `P_h = softmax_j(a_h . R_ij + b_h)` mixes tokens by their relative offsets `R_ij = (dx, dy, dx^2 + dy^2)`, with
     `pos_proj = Linear(3, H)` holding `a_h, b_h`. Padding tokens (`layout.padding_mask == 0`) get no weight in `P_h`.
     Prefix tokens use plain LayerNorm statistics. The gates `l_mu, l_var` (`mean_gate`, `var_gate`, `[H]`) are stored
-    as their value and clamped to `[0, 1]`: 0.5 is the paper's initial `sigmoid(0)`, and exactly 1 is LayerNorm.
+    as their value, kept in `[0, 1]` by projection (`gates`): 0.5 is the paper's initial `sigmoid(0)`, and exactly 1
+    is LayerNorm, from where training can still move them.
 
     Extra parameters over LayerNorm: `3H + H` (pos_proj) `+ 2H` (gates) `= 6H`.
     Input and output: `[batch, seq_len, hidden]`; needs a `TokenLayout`.
@@ -178,6 +179,19 @@ class DynamicTokenNorm(nn.Module):
         init.zeros_(self.pos_proj.bias)
         init.constant_(self.mean_gate, self.gate_init)
         init.constant_(self.var_gate, self.gate_init)
+
+    def gates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`l_mu, l_var` in [0, 1], by projected gradient descent.
+
+        In training the stored gates are first projected back into [0, 1] in place (undoing an optimizer step that
+        left the range), so the clamp below is the identity with its gradient passing, also at exactly 1 (LayerNorm,
+        where a converted model starts): a plain clamp would stop the gradient for good once a step went past 1.
+        """
+        if self.training:
+            with torch.no_grad():
+                self.mean_gate.clamp_(0, 1)
+                self.var_gate.clamp_(0, 1)
+        return self.mean_gate.clamp(0, 1), self.var_gate.clamp(0, 1)
 
     def mix_tokens(self, values: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
         """`P_h @ values` for `values` of shape `[B, H, M, D]`, without forming the `[H, M, M]` matrix `P_h`.
@@ -230,8 +244,7 @@ class DynamicTokenNorm(nn.Module):
         mean_inter = self.mix_tokens(grid, layout)  # [B, H, M, D]
         var_inter = (self.mix_tokens(grid * grid, layout) - mean_inter * mean_inter).clamp_min(0)
 
-        mean_gate = self.mean_gate.clamp(0, 1).view(1, -1, 1, 1)
-        var_gate = self.var_gate.clamp(0, 1).view(1, -1, 1, 1)
+        mean_gate, var_gate = (gate.view(1, -1, 1, 1) for gate in self.gates())
         var = var_ln + (1 - var_gate) * (var_inter - var_ln)
         scale = torch.sqrt((var_ln + self.eps) / (var + self.eps)) - 1
         shift = (1 - mean_gate) * (mean_inter - mean_ln) / torch.sqrt(var + self.eps)

@@ -37,8 +37,7 @@ from huggingface_hub import CommitInfo, HfApi, get_token
 from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-from . import __version__
-from .model_card import FAMILIES, model_card_for_folder, read_json
+from .model_card import FAMILIES, installed_version, model_card_for_folder, read_json, saved_without_pooler
 
 logger = logging.getLogger(__name__)
 
@@ -110,38 +109,15 @@ def check_checkpoint(folder: Path) -> dict[str, Any]:
             f"{folder} has no safetensors weights (model.safetensors); save them with `model.save_pretrained(folder)`, "
             "which writes safetensors."
         )
-    check_remote_code(folder, config)
-    check_weights_load(folder, config)
+    model_class = model_class_of(folder, config)
+    check_remote_code(folder, config, model_class)
+    check_weights_load(folder, model_class)
     check_preprocessor(folder)
     return config
 
 
-def check_remote_code(folder: Path, config: dict[str, Any]) -> None:
-    """The config's `auto_map` is the family's full map, and every file it reaches by relative imports is present."""
-    family_map = importlib.import_module(f"hf_norms.modeling_{config['model_type']}").FAMILY_AUTO_MAP
-    auto_map = config.get("auto_map") or {}
-    wrong = sorted(name for name, target in family_map.items() if auto_map.get(name) != target)
-    if wrong:
-        raise CheckpointRefused(
-            f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
-            "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
-        )
-    pending = {target.split(".")[0] for target in family_map.values()}
-    seen: set[str] = set()
-    while pending:
-        module = pending.pop()
-        seen.add(module)
-        path = folder / f"{module}.py"
-        if not path.is_file():
-            raise CheckpointRefused(
-                f"{folder} lacks the remote-code file {path.name}; save the model again with hf_norms, which copies "
-                "the flat modeling files next to the weights."
-            )
-        pending |= set(RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8"))) - seen
-
-
-def check_weights_load(folder: Path, config: dict[str, Any]) -> None:
-    """Load the checkpoint with its own class; every weight must match a parameter and the reverse."""
+def model_class_of(folder: Path, config: dict[str, Any]) -> type:
+    """The hf-norms class named by the config's `architectures`."""
     import hf_norms
 
     architecture = (config.get("architectures") or [""])[0]
@@ -151,8 +127,45 @@ def check_weights_load(folder: Path, config: dict[str, Any]) -> None:
             f"{folder / 'config.json'} names the architecture {architecture!r}, which is not an hf-norms model class; "
             "save the model again with hf_norms."
         )
+    return model_class
+
+
+def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -> None:
+    """The config's `auto_map` is the family's full map (with the saved head under its own Auto class), and every
+    file it reaches by relative imports is present."""
+    module = importlib.import_module(f"hf_norms.modeling_{config['model_type']}")
+    expected = {
+        **module.FAMILY_AUTO_MAP,
+        model_class._auto_class: f"{module.__name__.split('.')[-1]}.{model_class.__name__}",
+    }
+    auto_map = config.get("auto_map") or {}
+    wrong = sorted(name for name, target in expected.items() if auto_map.get(name) != target)
+    if wrong:
+        raise CheckpointRefused(
+            f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
+            "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
+        )
+    pending = {target.split(".")[0] for target in expected.values()}
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        seen.add(name)
+        path = folder / f"{name}.py"
+        if not path.is_file():
+            raise CheckpointRefused(
+                f"{folder} lacks the remote-code file {path.name}; save the model again with hf_norms, which copies "
+                "the flat modeling files next to the weights."
+            )
+        pending |= set(RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8"))) - seen
+
+
+def check_weights_load(folder: Path, model_class: type) -> None:
+    """Load the checkpoint with its own class; every weight must match a parameter and the reverse (a bare model saved
+    without a pooler, like DINOv2, is loaded as its card says: with `add_pooling_layer=False`)."""
+    architecture = model_class.__name__
+    options = {"add_pooling_layer": False} if saved_without_pooler(folder, architecture) else {}
     try:
-        _, info = model_class.from_pretrained(folder, output_loading_info=True)
+        _, info = model_class.from_pretrained(folder, output_loading_info=True, **options)
     except Exception as err:  # any failure to load is the refusal's reason
         raise CheckpointRefused(f"{folder} does not load as {architecture}: {err}") from err
     problems = {key: sorted(map(str, info[key]))[:5] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
@@ -310,10 +323,11 @@ def push_to_hub(
     if not token:
         raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
     endpoint = resolve_endpoint(endpoint)
+    version = installed_version()
     message = commit_message or (
-        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {__version__}"
+        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {version}"
     )
-    api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=__version__)
+    api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=version)
     logger.info("Uploading %d files from %s to %s/%s", len(uploads), folder, endpoint, repo_id)
     with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
         staging = Path(staging_dir)

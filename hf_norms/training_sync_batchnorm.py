@@ -2,10 +2,12 @@
 
 SepNorm's official prefix norm is a `BatchNorm1d` over the batch. Under data parallelism each process sees only its
 share of the batch, so its statistics (and running statistics) would differ from one process to the next: the model
-needs synchronised batch norm. `torch.nn.SyncBatchNorm` refuses CPU tensors ("SyncBatchNorm expected input tensor to
-be on GPU ..."), so `CPUSyncBatchNorm` adds the CPU path: it all-reduces the per-channel sums, then the sums of squared
-deviations, through a differentiable all-reduce, over any backend that can all-reduce CPU tensors (gloo). On GPU it is
-exactly `torch.nn.SyncBatchNorm`.
+needs synchronised batch norm. On GPU that is `torch.nn.SyncBatchNorm`. On CPU torch refuses it twice: its forward
+raises "SyncBatchNorm expected input tensor to be on GPU", and `DistributedDataParallel` raises "SyncBatchNorm layers
+only work with GPU modules" for any `nn.SyncBatchNorm` (subclasses included). So `CPUSyncBatchNorm` is a plain
+`_BatchNorm` that all-reduces the per-channel sums, then the sums of squared deviations, through a differentiable
+all-reduce, over any backend that can all-reduce CPU tensors (gloo). `convert_sync_batchnorm` picks torch's layer for
+GPU models and this one for CPU models.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ class _SumOverProcesses(torch.autograd.Function):
         return total, None
 
 
-class CPUSyncBatchNorm(nn.SyncBatchNorm):
-    """`torch.nn.SyncBatchNorm` that also synchronises CPU tensors across processes.
+class CPUSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """Batch norm whose training statistics span all processes of a process group, for CPU tensors (gloo).
 
     In training, with a process group of more than one process and a CPU input `x` of shape `[batch, C, *]`, each
     channel is normalised with the statistics of the whole global batch (all processes, `n` values per channel):
@@ -46,15 +48,31 @@ class CPUSyncBatchNorm(nn.SyncBatchNorm):
         y    = (x - mean) / sqrt(var + eps) * weight + bias
 
     and the running statistics move towards `mean` and the unbiased `var * n / (n - 1)`, identically on every process.
-    Otherwise (GPU input, evaluation, a single process) it is `torch.nn.SyncBatchNorm`, i.e. `BatchNorm` with the
-    same parameter and buffer names, so checkpoints are unaffected.
+    Otherwise (evaluation, a single process) it is `BatchNorm`. Parameter and buffer names are BatchNorm's, so
+    checkpoints are unaffected. Input: `[batch, C]` or `[batch, C, *]`.
     """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: dist.ProcessGroup | None = None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input [batch, channels, *], got {input.dim()}D")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         group = self.process_group
         if group is None and dist.is_available() and dist.is_initialized():
             group = dist.group.WORLD
-        if not self.training or input.device.type != "cpu" or group is None or dist.get_world_size(group) == 1:
+        if not self.training or group is None or dist.get_world_size(group) == 1:
             return super().forward(input)
         self._check_input_dim(input)
         reduce_dims = [0, *range(2, input.dim())]
@@ -85,13 +103,20 @@ class CPUSyncBatchNorm(nn.SyncBatchNorm):
         return output
 
 
-def convert_sync_batchnorm(module: nn.Module, process_group: dist.ProcessGroup | None = None) -> nn.Module:
-    """Replace every BatchNorm in `module` (SepNorm's prefix norm) by a `CPUSyncBatchNorm` sharing its tensors.
+def convert_sync_batchnorm(
+    module: nn.Module,
+    device_type: str = "cpu",
+    process_group: dist.ProcessGroup | None = None,
+) -> nn.Module:
+    """Replace every BatchNorm in `module` (SepNorm's prefix norm) by a synchronised one sharing its tensors.
 
-    Parameters and buffers are moved over (the same tensor objects), so an optimizer built afterwards and the
-    checkpoint keys are unaffected. Returns the converted module (a new object only when `module` itself is a
-    BatchNorm), like `torch.nn.SyncBatchNorm.convert_sync_batchnorm`.
+    `device_type` is where the model will train: `cpu` gives `CPUSyncBatchNorm`, any other device
+    `torch.nn.SyncBatchNorm` (through its own `convert_sync_batchnorm`). Parameters and buffers are moved over (the same
+    tensor objects), so checkpoint keys are unaffected. Returns the converted module (a new object only when `module`
+    itself is a BatchNorm).
     """
+    if device_type != "cpu":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
     if isinstance(module, nn.modules.batchnorm._BatchNorm) and type(module) is not CPUSyncBatchNorm:
         converted = CPUSyncBatchNorm(
             module.num_features,
@@ -109,5 +134,5 @@ def convert_sync_batchnorm(module: nn.Module, process_group: dist.ProcessGroup |
         converted.train(module.training)
         return converted
     for name, child in module.named_children():
-        module.add_module(name, convert_sync_batchnorm(child, process_group))
+        module.add_module(name, convert_sync_batchnorm(child, device_type, process_group))
     return module

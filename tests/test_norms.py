@@ -88,6 +88,26 @@ def test_dtn_with_gates_at_one_is_layernorm_bit_for_bit():
     assert torch.equal(layer(x, TokenLayout(1, (4, 4))), expected)
 
 
+def test_dtn_gates_at_one_still_learn_and_stay_in_range():
+    """Converted models start at gates 1 (LayerNorm): a step past 1 is projected back, and the gradient keeps flowing."""
+    layer = random_dtn().train()
+    with torch.no_grad():
+        layer.mean_gate.fill_(1.0)
+        layer.var_gate.fill_(1.0)
+    x, layout = torch.randn(2, 13, 24) * 3, TokenLayout(1, (3, 4))
+    target = torch.randn(2, 13, 24)
+    optimizer = torch.optim.SGD([layer.mean_gate, layer.var_gate], lr=0.5)
+    for _ in range(3):
+        optimizer.zero_grad()
+        F.mse_loss(layer(x, layout), target).backward()
+        assert layer.mean_gate.grad.abs().sum() > 0 and layer.var_gate.grad.abs().sum() > 0
+        optimizer.step()
+    layer(x, layout)
+    for gate in (layer.mean_gate, layer.var_gate):
+        assert gate.min() >= 0 and gate.max() <= 1
+    assert (layer.mean_gate < 1).any() or (layer.var_gate < 1).any()  # the loss pulled some gate away from LayerNorm
+
+
 def test_dtn_mixing_rows_sum_to_one_and_ignore_padding():
     from hf_norms.norms import axis_mixing
 

@@ -1,0 +1,134 @@
+"""Make the checkpoints hf-norms publishes: convert (and heal) each recipe, render its card into model_cards/, push.
+
+    python conversions/run.py [NAME ...] [--work DIR] [--render-only] [--overwrite] [--push [--endpoint URL]]
+
+Each `conversions/<name>.json` is one published checkpoint:
+
+    {
+      "repo_id": "hf-norms/<name>",
+      "source": "packaged:minilm" | "packaged:dinov2-small-vit" | a checkpoint folder | a Hub id,
+      "convert": {keyword arguments of hf_norms.convert.convert: "norm_type", "options", "calibration_data",
+                  "calibration_samples", "evaluation_data", "evaluation_samples", "max_length", ...},
+      "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional),
+      "card": {keyword arguments of hf_norms.model_card.gather_card_facts: "base_model", "license", "notes", ...}
+    }
+
+Data arguments may name packaged data as `packaged:bbc_news:<train|test>:<count>` (the first `count` articles of
+`packaged.split_train_test(packaged.bbc_news())`'s split, one per line) or `packaged:fashion_mnist:<train|test>:<count>`
+(the first `count` images as PNG files); they are written once under `<work>/data/` as `<key>-<split>-<count>`, a name
+the card maps to the Hub dataset. The checkpoint is built in `<work>/<name>` (kept, so `--render-only` re-renders the
+card from its report), the card is written to `model_cards/<name>.md`, and `--push` uploads the folder with the same
+card to `repo_id` (endpoint from `--endpoint` or `HF_ENDPOINT`, token from HF_TOKEN or `hf auth login`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from hf_norms import packaged
+from hf_norms.convert import convert
+from hf_norms.healing import heal
+from hf_norms.model_card import model_card_for_folder
+from hf_norms.publish import push_to_hub
+
+RECIPES = Path(__file__).resolve().parent
+CARDS = RECIPES.parent / "model_cards"
+PACKAGED_SOURCES = {
+    "packaged:minilm": packaged.minilm_path,
+    "packaged:dinov2-small-vit": packaged.dinov2_small_vit_path,
+}
+DATA_ARGUMENTS = ("calibration_data", "evaluation_data", "data")
+
+
+def load_recipe(name: str) -> dict[str, Any]:
+    path = RECIPES / f"{name}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in RECIPES.glob("*.json"))
+        raise SystemExit(f"No recipe {path}; recipes: {known}")
+    return json.loads(path.read_text())
+
+
+def packaged_data(reference: str, data_dir: Path) -> str:
+    """Write `packaged:<key>:<split>:<count>` under `data_dir` (once) and return its path; other values unchanged."""
+    if not reference.startswith("packaged:"):
+        return reference
+    _, key, split, count = reference.split(":")
+    count = int(count)
+    target = data_dir / f"{key}-{split}-{count}"
+    if key == "bbc_news":
+        target = target.with_suffix(".txt")
+        if not target.is_file():
+            train, test = packaged.split_train_test(packaged.bbc_news(), test_fraction=0.2, seed=0)
+            texts = [" ".join(text.split()) for text, _ in (train if split == "train" else test)[:count]]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    elif key == "fashion_mnist":
+        if not target.is_dir():
+            images, _ = packaged.fashion_mnist(split, limit=count)
+            staging = target.with_name(f".{target.name}.partial")
+            staging.mkdir(parents=True, exist_ok=True)
+            for index, image in enumerate(images):
+                Image.fromarray(image).save(staging / f"{index:05d}.png")
+            staging.rename(target)
+    else:
+        raise SystemExit(f"Unknown packaged data {reference!r}: use bbc_news or fashion_mnist.")
+    return str(target)
+
+
+def with_data(arguments: dict[str, Any], data_dir: Path) -> dict[str, Any]:
+    return {k: packaged_data(v, data_dir) if k in DATA_ARGUMENTS else v for k, v in arguments.items()}
+
+
+def build(name: str, recipe: dict[str, Any], work: Path, overwrite: bool) -> Path:
+    """Convert (and heal) the recipe's checkpoint into `<work>/<name>`, unless it is there already."""
+    folder = work / name
+    if folder.is_dir() and not overwrite:
+        logging.info("%s: reusing %s (pass --overwrite to rebuild)", name, folder)
+        return folder
+    source = recipe["source"]
+    source = str(PACKAGED_SOURCES[source]()) if source in PACKAGED_SOURCES else source
+    arguments = with_data(recipe["convert"], work / "data")
+    convert(source, arguments.pop("norm_type"), folder, overwrite=overwrite, progress=True, **arguments)
+    if "heal" in recipe:
+        healing = with_data(recipe["heal"], work / "data")
+        heal(folder, healing.pop("data"), progress=True, **healing)
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="recipes to run (default: all)")
+    parser.add_argument("--work", type=Path, default=packaged.cache_root() / "conversions", help="build folder")
+    parser.add_argument("--render-only", action="store_true", help="re-render cards from checkpoints already built")
+    parser.add_argument("--overwrite", action="store_true", help="rebuild checkpoints that exist")
+    parser.add_argument("--push", action="store_true", help="upload each checkpoint with its card")
+    parser.add_argument("--endpoint", help="Hub endpoint for --push (default: HF_ENDPOINT)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    names = args.names or sorted(p.stem for p in RECIPES.glob("*.json"))
+    CARDS.mkdir(exist_ok=True)
+    for name in names:
+        recipe = load_recipe(name)
+        folder = args.work / name
+        if args.render_only and not folder.is_dir():
+            raise SystemExit(f"{folder} is not built yet: run without --render-only first.")
+        if not args.render_only:
+            folder = build(name, recipe, args.work, args.overwrite)
+        card = model_card_for_folder(folder, recipe["repo_id"], **recipe.get("card", {}))
+        (CARDS / f"{name}.md").write_text(str(card), encoding="utf-8")
+        logging.info("%s: card written to %s", name, CARDS / f"{name}.md")
+        if args.push:
+            commit = push_to_hub(folder, recipe["repo_id"], endpoint=args.endpoint, **recipe.get("card", {}))
+            logging.info("%s: pushed to %s (commit %s)", name, recipe["repo_id"], commit.oid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

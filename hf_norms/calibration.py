@@ -1,0 +1,457 @@
+"""Calibration data, and data-driven calibration of DyT layers converted from a LayerNorm checkpoint.
+
+DyT computes `y = weight * tanh(alpha * x) + bias` per element, with no per-token statistics, so it cannot reproduce
+LayerNorm's `y = gamma * (x - mean_t) / std_t + beta` exactly; copying gamma/beta with alpha 0.5 (the naive swap) gives
+a model whose outputs are unrelated to the original's. `calibrate_dyt` fits every DyT layer, in forward order, on the
+*partially converted* model: layer k sees the inputs that the already-calibrated layers 0..k-1 produce, and is fitted
+against the original LayerNorm's outputs there, so each fit also corrects the drift accumulated before it.
+
+Each fit is per channel c, on the real tokens' input `x[:, c]` and target `y[:, c]`:
+  1. for every alpha on a grid scaled by the channel's spread, the optimal `weight_c, bias_c` are a closed-form
+     1-D least squares fit of `y[:, c]` on `tanh(alpha * x[:, c])`; keep the alpha with the smallest error (one alpha
+     per channel with `per_channel=True`, else the one minimising the summed error);
+  2. refine `log(alpha), weight, bias` jointly with L-BFGS on the mean squared error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .checkpoint_io import ConversionError
+from .norms import DynamicTanh, LayerNorm
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+TEXT_COLUMNS = ("text", "sentence", "content", "document")
+IMAGE_COLUMNS = ("image", "img", "pixel_values")
+PROBE_SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Shares in the company rose sharply after the results were announced on Monday.",
+    "A new exhibition of early photographs opens at the city museum this weekend.",
+    "The minister said the plan would be published before the end of the year.",
+    "Scientists have found a way to store energy in cheap and abundant materials.",
+    "She scored twice in the second half to give her team a comfortable win.",
+    "Heavy rain is expected across the north, with strong winds along the coast.",
+    "The software update fixes a bug that drained the battery of older phones.",
+)
+
+
+@dataclass
+class Examples:
+    """Raw examples (texts or PIL images) and a description of where they came from, for the report."""
+
+    items: list
+    description: str
+    modality: str  # "text" | "image"
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def take(self, start: int, count: int | None) -> Examples:
+        stop = None if count is None else start + count
+        return Examples(self.items[start:stop], self.description, self.modality)
+
+
+def load_examples(data: Any, modality: str) -> Examples:
+    """Texts (`modality="text"`) or RGB images (`"image"`) from a calibration or evaluation data source.
+
+    `data` is one of: a `.txt` file (one text per non-empty line); a folder of image files (searched recursively,
+    sorted by path); a folder written by `datasets.Dataset.save_to_disk`; a `datasets.Dataset`; a list of strings or
+    of PIL images. A dataset's column is `text`/`sentence`/`content`/`document` or `image`/`img`, else the first
+    column of the right kind.
+    """
+    if isinstance(data, (str, os.PathLike)):
+        return _load_path(Path(data).expanduser(), modality)
+    if _is_dataset(data):
+        return Examples(
+            _dataset_column(data, modality, repr_name="datasets.Dataset"), _describe_dataset(data), modality
+        )
+    if isinstance(data, Sequence) and len(data) > 0:
+        items = list(data)
+        _check_items(items, modality, "the given list")
+        return Examples(
+            items, f"in-memory list of {len(items)} {'texts' if modality == 'text' else 'images'}", modality
+        )
+    raise ConversionError(
+        f"Unsupported data source {type(data).__name__}: give a .txt file, a folder of images, a folder saved by "
+        "datasets' save_to_disk, a datasets.Dataset, or a non-empty list of texts or images."
+    )
+
+
+def _load_path(path: Path, modality: str) -> Examples:
+    if not path.exists():
+        raise ConversionError(f"Data source {path} does not exist.")
+    if path.is_file():
+        if path.suffix != ".txt":
+            raise ConversionError(f"Data file {path} is not a .txt file (one text per line).")
+        if modality != "text":
+            raise ConversionError(f"{path} holds texts, but this model takes images: give a folder of images.")
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not lines:
+            raise ConversionError(f"{path} holds no text lines.")
+        return Examples(lines, str(path), modality)
+    if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
+        import datasets
+
+        dataset = datasets.load_from_disk(str(path))
+        if isinstance(dataset, datasets.DatasetDict):
+            split = "train" if "train" in dataset else next(iter(dataset))
+            dataset = dataset[split]
+        return Examples(_dataset_column(dataset, modality, repr_name=str(path)), str(path), modality)
+    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not files:
+        raise ConversionError(f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)}) and is not a saved dataset.")
+    if modality != "image":
+        raise ConversionError(f"{path} holds images, but this model takes text: give a .txt file or a text dataset.")
+    from PIL import Image
+
+    def load(file: Path) -> Image.Image:
+        with Image.open(file) as image:
+            return image.convert("RGB")
+
+    return Examples([load(file) for file in files], str(path), modality)
+
+
+def _is_dataset(data: Any) -> bool:
+    return type(data).__module__.startswith("datasets.") and hasattr(data, "column_names")
+
+
+def _describe_dataset(dataset) -> str:
+    name = getattr(dataset.info, "dataset_name", None) or getattr(dataset.info, "builder_name", None) or "dataset"
+    return f"datasets:{name} ({dataset.num_rows} rows)"
+
+
+def _dataset_column(dataset, modality: str, repr_name: str) -> list:
+    import datasets
+
+    features = dataset.features
+    if modality == "text":
+        preferred = [c for c in TEXT_COLUMNS if c in features]
+        kind = [
+            c for c, f in features.items() if isinstance(f, datasets.Value) and f.dtype in ("string", "large_string")
+        ]
+    else:
+        preferred = [c for c in IMAGE_COLUMNS if c in features]
+        kind = [c for c, f in features.items() if isinstance(f, datasets.Image)]
+    columns = preferred + kind
+    if not columns:
+        raise ConversionError(
+            f"{repr_name} has no {'text' if modality == 'text' else 'image'} column (columns: {list(features)})."
+        )
+    items = list(dataset[columns[0]])
+    if modality == "image":
+        items = [item.convert("RGB") for item in items]
+    _check_items(items, modality, repr_name)
+    return items
+
+
+def _check_items(items: list, modality: str, what: str) -> None:
+    if modality == "text" and not all(isinstance(item, str) for item in items):
+        raise ConversionError(f"{what} must hold texts (str) for a text model.")
+    if modality == "image" and not all(hasattr(item, "convert") for item in items):
+        raise ConversionError(f"{what} must hold PIL images for a vision model.")
+
+
+def probe_examples(modality: str, count: int = 8) -> Examples:
+    """Built-in inputs for evaluating an exact conversion when no data is given: fixed English sentences, or
+    deterministic synthetic photos-like images (smooth colour gradients with texture)."""
+    if modality == "text":
+        return Examples(list(PROBE_SENTENCES[:count]), "built-in probe sentences", modality)
+    from PIL import Image
+
+    generator = np.random.default_rng(0)
+    ys, xs = np.mgrid[0:224, 0:224] / 223.0
+    images = []
+    for _ in range(count):
+        colours = generator.uniform(0, 255, size=(3, 3))
+        base = colours[:, 0] * xs[..., None] + colours[:, 1] * ys[..., None] + colours[:, 2] * (1 - xs[..., None])
+        noisy = base / 2 + generator.normal(0, 20, size=base.shape)
+        images.append(Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8), "RGB"))
+    return Examples(images, "built-in synthetic probe images", modality)
+
+
+def encode_batches(processor, examples: Examples, batch_size: int = 16, max_length: int = 128) -> list[dict]:
+    """Model inputs for `examples` in batches: `input_ids`/`attention_mask` (padded per batch) or `pixel_values`."""
+    batches = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples.items[start : start + batch_size]
+        if examples.modality == "text":
+            batch = processor(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        else:
+            batch = processor(images=chunk, return_tensors="pt")
+        batches.append(dict(batch))
+    return batches
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# DyT calibration
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _StopForward(Exception):
+    """Raised by a hook once the activation it waits for is captured: the rest of the forward is not needed."""
+
+
+def real_token_mask(batch: dict) -> torch.Tensor | None:
+    """`[batch, seq_len]` bool mask of real tokens for text (None for images: every token is real)."""
+    mask = batch.get("attention_mask")
+    return mask.bool() if mask is not None else None
+
+
+def run_model(model: nn.Module, batch: dict) -> Any:
+    """`model(**batch)`, giving a multiple-choice head its `[batch, 1, seq_len]` inputs."""
+    if type(model).__name__.endswith("ForMultipleChoice"):
+        batch = {key: value.unsqueeze(1) for key, value in batch.items()}
+    return model(**batch)
+
+
+def capture_norm_io(model: nn.Module, name: str, batch: dict, output: bool) -> torch.Tensor:
+    """The input (or output) of module `name` on `batch`: `[batch, seq_len, hidden]`; stops the forward there."""
+    captured = {}
+    module = model.get_submodule(name)
+
+    def hook(_module, args, result=None):
+        captured["value"] = result if output else args[0]
+        raise _StopForward
+
+    handle = module.register_forward_hook(hook) if output else module.register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            run_model(model, batch)
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+    if "value" not in captured:
+        raise RuntimeError(f"{name} was not called in the forward pass.")
+    return captured["value"]
+
+
+def norms_in_forward_order(model: nn.Module, batch: dict) -> list[str]:
+    """Names of the `nn.LayerNorm` modules of `model` (excluding LaPE's position norms) in the order `batch` calls them."""
+    order: list[str] = []
+    handles = [
+        module.register_forward_hook(lambda _m, _a, _o, name=name: order.append(name))
+        for name, module in model.named_modules()
+        if isinstance(module, nn.LayerNorm) and not name.endswith("pe_norm")
+    ]
+    try:
+        with torch.no_grad():
+            run_model(model, batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return list(dict.fromkeys(order))
+
+
+def _rows(tensor: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`[tokens, hidden]` rows of the real tokens of a `[batch, seq_len, hidden]` activation."""
+    return (tensor[mask] if mask is not None else tensor.reshape(-1, tensor.shape[-1])).float()
+
+
+def _sample_rows(count: int, max_rows: int) -> torch.Tensor | None:
+    if count <= max_rows:
+        return None
+    generator = torch.Generator().manual_seed(0)
+    return torch.randperm(count, generator=generator)[:max_rows].sort().values
+
+
+@dataclass
+class DyTFit:
+    """Fitted DyT parameters: `alpha` `[1]` or `[hidden]`, `weight` and `bias` `[hidden]`; `relative_error` is
+    `||dyt(x) - y|| / ||y||` on the fitting rows."""
+
+    alpha: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor
+    relative_error: float
+
+
+def fit_dyt(x: torch.Tensor, y: torch.Tensor, per_channel: bool, refine_steps: int = 50, grid_size: int = 48) -> DyTFit:
+    """Least-squares fit of `weight * tanh(alpha * x) + bias` to `y`, both `[tokens, hidden]` (see module docstring).
+
+    The alpha grid spans `[0.03, 30] / spread_c` log-uniformly, with `spread_c` the channel's (or, for a scalar
+    alpha, the layer's) root mean square deviation, so it covers both tanh's linear range and its saturation.
+    """
+    x, y = x.float(), y.float()
+    spread = (x - x.mean(0)).pow(2).mean(0).sqrt().clamp_min(1e-6)
+    if not per_channel:
+        spread = spread.pow(2).mean().sqrt().expand_as(spread)
+    factors = torch.logspace(math.log10(0.03), math.log10(30.0), grid_size)
+    y_mean = y.mean(0)
+    alphas, weights, biases, errors = [], [], [], []
+    for factor in factors:
+        alpha = factor / spread
+        z = torch.tanh(alpha * x)
+        z_centred = z - z.mean(0)
+        weight = (z_centred * (y - y_mean)).mean(0) / z_centred.pow(2).mean(0).clamp_min(1e-12)
+        bias = y_mean - weight * z.mean(0)
+        alphas.append(alpha), weights.append(weight), biases.append(bias)
+        errors.append((weight * z + bias - y).pow(2).mean(0))
+    errors = torch.stack(errors)  # [grid, hidden]
+    best = errors.argmin(0) if per_channel else errors.sum(1).argmin().expand(errors.shape[1])
+    best_alpha, best_weight, best_bias = (torch.stack(t).gather(0, best[None])[0] for t in (alphas, weights, biases))
+    log_alpha = best_alpha.log() if per_channel else best_alpha[:1].log()
+    if refine_steps > 0:
+        log_alpha, best_weight, best_bias = _refine(x, y, log_alpha, best_weight, best_bias, refine_steps)
+    alpha = log_alpha.exp()
+    fitted = best_weight * torch.tanh(alpha * x) + best_bias
+    relative_error = ((fitted - y).norm() / y.norm().clamp_min(1e-12)).item()
+    return DyTFit(alpha, best_weight, best_bias, relative_error)
+
+
+def _refine(
+    x: torch.Tensor, y: torch.Tensor, log_alpha: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Jointly minimise `mean((weight * tanh(exp(log_alpha) * x) + bias - y)^2) / mean(y^2)` with L-BFGS from the grid fit."""
+    params = [tensor.detach().clone().requires_grad_(True) for tensor in (log_alpha, weight, bias)]
+    scale = y.pow(2).mean().clamp_min(1e-12)  # a relative loss keeps L-BFGS's tolerances meaningful
+    optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = (params[1] * torch.tanh(params[0].exp() * x) + params[2] - y).pow(2).mean() / scale
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
+    return tuple(param.detach() for param in params)
+
+
+@dataclass
+class CalibrationResult:
+    """What `calibrate_dyt` did: the method in words, the seconds it took and each norm's relative fitting error."""
+
+    method: str
+    seconds: float
+    fit_errors: dict[str, float]
+
+
+def calibrate_dyt(
+    student: nn.Module,
+    teacher: nn.Module,
+    batches: Sequence[dict],
+    norm_names: Iterable[str],
+    refine_steps: int = 50,
+    max_rows: int = 16384,
+    progress: bool = False,
+) -> CalibrationResult:
+    """Fit every DyT layer `norm_names` of `student` (a DyT conversion of `teacher`) sequentially, in forward order.
+
+    Before the fit the DyT layers are swapped for copies of the teacher's LayerNorms; step k puts back DyT layer k,
+    fitted on the inputs the student computes with layers 0..k-1 already DyT, against the teacher's LayerNorm outputs
+    at k on the same examples (real tokens only; at most `max_rows` tokens, a fixed random subset). Alpha is per
+    channel when the DyT layers were built with one alpha per channel (`dyt_per_channel_alpha`), else one scalar.
+    """
+    start = time.perf_counter()
+    names = list(norm_names)
+    dyt_layers = {name: student.get_submodule(name) for name in names}
+    if not all(isinstance(layer, DynamicTanh) for layer in dyt_layers.values()):
+        raise ConversionError("calibrate_dyt needs a student whose replaced norms are all DynamicTanh.")
+    for name in names:
+        student.set_submodule(name, _layer_norm_copy(teacher.get_submodule(name)))
+    rows = _row_selections(teacher, names[0], batches, max_rows)
+    targets = teacher_norm_outputs(teacher, names, batches, rows)
+    fit_errors = {}
+    try:
+        for name in _progress(names, progress, "calibrating DyT"):
+            inputs = torch.cat(
+                [r(capture_norm_io(student, name, b, False)) for b, r in zip(batches, rows, strict=True)]
+            )
+            layer = dyt_layers[name]
+            fit = fit_dyt(inputs, targets.pop(name), per_channel=layer.alpha.numel() > 1, refine_steps=refine_steps)
+            with torch.no_grad():
+                layer.alpha.copy_(fit.alpha.reshape(layer.alpha.shape))
+                layer.weight.copy_(fit.weight)
+                layer.bias.copy_(fit.bias)
+            student.set_submodule(name, layer)
+            fit_errors[name] = fit.relative_error
+    finally:
+        for name, layer in dyt_layers.items():  # never leave LayerNorm copies behind, even on error
+            student.set_submodule(name, layer)
+    per_channel = any(layer.alpha.numel() > 1 for layer in dyt_layers.values())
+    method = (
+        "sequential: each DyT fitted in forward order on the partially converted model's own inputs against the "
+        f"original LayerNorm's outputs; {'per-channel' if per_channel else 'scalar'} alpha grid + per-channel least "
+        f"squares for weight/bias, then L-BFGS refinement ({refine_steps} iterations)"
+    )
+    return CalibrationResult(method=method, seconds=time.perf_counter() - start, fit_errors=fit_errors)
+
+
+class _RowSelection:
+    """Callable turning a `[batch, seq_len, hidden]` activation of one batch into `[rows, hidden]`: its real tokens,
+    then the subset `keep` of them (all when None)."""
+
+    def __init__(self, batch: dict, keep: torch.Tensor | None):
+        self.mask, self.keep = real_token_mask(batch), keep
+
+    def __call__(self, activation: torch.Tensor) -> torch.Tensor:
+        rows = _rows(activation, self.mask)
+        return rows if self.keep is None else rows[self.keep]
+
+
+def _row_selections(teacher: nn.Module, first_norm: str, batches: Sequence[dict], max_rows: int) -> list[_RowSelection]:
+    """Per batch, which rows the fits use: its real tokens, restricted to a fixed random subset of at most `max_rows`
+    rows over all batches."""
+    masks = [real_token_mask(batch) for batch in batches]
+    if masks[0] is None:  # images: every token is real; the sequence length comes from one partial forward
+        seq_len = capture_norm_io(teacher, first_norm, batches[0], output=False).shape[1]
+        counts = [next(iter(batch.values())).shape[0] * seq_len for batch in batches]
+    else:
+        counts = [int(mask.sum()) for mask in masks]
+    keep = _sample_rows(sum(counts), max_rows)
+    if keep is None:
+        return [_RowSelection(batch, None) for batch in batches]
+    offsets = torch.tensor([0, *counts]).cumsum(0).tolist()
+    return [
+        _RowSelection(batch, keep[(keep >= start) & (keep < stop)] - start)
+        for batch, start, stop in zip(batches, offsets[:-1], offsets[1:], strict=True)
+    ]
+
+
+def teacher_norm_outputs(
+    teacher: nn.Module, names: list[str], batches: Sequence[dict], rows: Sequence[_RowSelection]
+) -> dict[str, torch.Tensor]:
+    """`{name: [rows, hidden]}`: the teacher's output of each norm on the selected rows of all batches, one pass each."""
+    outputs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    for batch, select in zip(batches, rows, strict=True):
+        handles = [
+            teacher.get_submodule(name).register_forward_hook(
+                lambda _m, _a, output, name=name, select=select: outputs[name].append(select(output))
+            )
+            for name in names
+        ]
+        try:
+            with torch.no_grad():
+                run_model(teacher, batch)
+        finally:
+            for handle in handles:
+                handle.remove()
+    return {name: torch.cat(parts) for name, parts in outputs.items()}
+
+
+def _layer_norm_copy(layer_norm: nn.Module) -> nn.LayerNorm:
+    """A standalone `nn.LayerNorm` with the teacher norm's eps and affine parameters (accepts a TokenLayout arg)."""
+    copy = LayerNorm(layer_norm.normalized_shape, eps=layer_norm.eps)
+    with torch.no_grad():
+        copy.weight.copy_(layer_norm.weight)
+        copy.bias.copy_(layer_norm.bias)
+    return copy
+
+
+def _progress(items: list, enabled: bool, description: str) -> Iterable:
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=description, unit="norm")

@@ -1,0 +1,243 @@
+"""How far a converted model is from its LayerNorm original, and the conversion report that says so.
+
+`measure_fidelity` runs the original (teacher) and the converted model (student) on the same evaluation batches and
+returns, for one stage of the conversion (naive, calibrated, healed or exact):
+
+- `end_to_end`: `max_abs_diff` over the final hidden states (real tokens) and the logits; `mean_cosine`, the mean over
+  examples of the cosine between pooled final hidden states (mean over real tokens for text, the [CLS] token for
+  images); and, where the model has a head with logits, `top1_agreement` (fraction of rows whose argmax agrees) and
+  `kl_divergence` (mean over rows of `KL(softmax(teacher) || softmax(student))`), else null;
+- `per_norm`: for every replaced norm, `||y - y_ln|| / ||y_ln||` over all real tokens, with `y` the converted norm's
+  output and `y_ln` the original LayerNorm's output at the same place.
+
+`write_report` writes `conversion_report.json`, `conversion_report.md` and `conversion_report.png` (per-norm error
+by stage) into a checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .calibration import real_token_mask, run_model
+
+REPORT_JSON = "conversion_report.json"
+REPORT_MD = "conversion_report.md"
+REPORT_PNG = "conversion_report.png"
+STAGE_ORDER = ("naive", "calibrated", "healed", "exact")
+LOGIT_FIELDS = ("logits", "prediction_logits", "start_logits")
+
+
+def forward_with_norms(model: nn.Module, batch: dict, norm_names: Sequence[str]) -> dict[str, Any]:
+    """One forward pass; returns `final` (`[batch, seq_len, hidden]`, the base model's last hidden state), `logits`
+    (or None) and `norms` (`{name: [batch, seq_len, hidden]}`, each named module's output)."""
+    captured: dict[str, torch.Tensor] = {}
+    handles = [
+        model.get_submodule(name).register_forward_hook(
+            lambda _m, _a, output, name=name: captured.__setitem__(name, output)
+        )
+        for name in norm_names
+    ]
+    base = {}
+    handles.append(model.base_model.register_forward_hook(lambda _m, _a, output: base.__setitem__("out", output)))
+    try:
+        with torch.no_grad():
+            outputs = run_model(model, batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    final = base["out"][0] if isinstance(base["out"], tuple) else base["out"].last_hidden_state
+    logits = next((getattr(outputs, f) for f in LOGIT_FIELDS if getattr(outputs, f, None) is not None), None)
+    return {"final": final, "logits": logits, "norms": captured}
+
+
+def pooled(final: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`[batch, hidden]`: the mean over real tokens (text) or the [CLS] token (images) of `[batch, seq_len, hidden]`."""
+    if mask is None:
+        return final[:, 0]
+    weights = mask.unsqueeze(-1).to(final.dtype)
+    return (final * weights).sum(1) / weights.sum(1).clamp_min(1)
+
+
+def _real_tokens(mask: torch.Tensor | None):
+    """`[batch, seq_len, ...] -> [tokens, ...]` keeping real tokens (text), or the identity (images)."""
+    return (lambda tensor: tensor[mask]) if mask is not None else (lambda tensor: tensor)
+
+
+def _logit_rows(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`[rows, classes]`: per-example logits as they are, per-token logits of the real tokens only."""
+    if logits.dim() == 3 and mask is not None and logits.shape[:2] == mask.shape:
+        return logits[mask]
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def measure_fidelity(
+    student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str]
+) -> dict[str, Any]:
+    """End-to-end and per-norm fidelity of `student` to `teacher` on `batches` (see module docstring)."""
+    student_training, teacher_training = student.training, teacher.training
+    student.eval(), teacher.eval()
+    max_abs, cosines, agree, kl, rows = 0.0, [], 0.0, 0.0, 0
+    squared_error = dict.fromkeys(norm_names, 0.0)
+    squared_norm = dict.fromkeys(norm_names, 0.0)
+    has_logits = True
+    try:
+        for batch in batches:
+            mask = real_token_mask(batch)
+            ours = forward_with_norms(student, batch, norm_names)
+            theirs = forward_with_norms(teacher, batch, norm_names)
+            select = _real_tokens(mask)
+            max_abs = max(max_abs, (select(ours["final"]) - select(theirs["final"])).abs().max().item())
+            cosines.append(F.cosine_similarity(pooled(ours["final"], mask), pooled(theirs["final"], mask), dim=-1))
+            if ours["logits"] is None or theirs["logits"] is None:
+                has_logits = False
+            else:
+                student_rows = _logit_rows(ours["logits"], mask).double()
+                teacher_rows = _logit_rows(theirs["logits"], mask).double()
+                max_abs = max(max_abs, (student_rows - teacher_rows).abs().max().item())
+                agree += (student_rows.argmax(-1) == teacher_rows.argmax(-1)).sum().item()
+                log_p, log_q = teacher_rows.log_softmax(-1), student_rows.log_softmax(-1)
+                kl += (log_p.exp() * (log_p - log_q)).sum(-1).sum().item()
+                rows += teacher_rows.shape[0]
+            for name in norm_names:
+                difference = select(ours["norms"][name]).double() - select(theirs["norms"][name]).double()
+                squared_error[name] += difference.pow(2).sum().item()
+                squared_norm[name] += select(theirs["norms"][name]).double().pow(2).sum().item()
+    finally:
+        student.train(student_training), teacher.train(teacher_training)
+    end_to_end = {
+        "max_abs_diff": max_abs,
+        "mean_cosine": torch.cat(cosines).double().mean().item(),
+        "top1_agreement": agree / rows if has_logits and rows else None,
+        "kl_divergence": kl / rows if has_logits and rows else None,
+    }
+    per_norm = {name: math.sqrt(squared_error[name] / max(squared_norm[name], 1e-30)) for name in norm_names}
+    return {"end_to_end": end_to_end, "per_norm": per_norm}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The report files
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def read_report(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / REPORT_JSON
+    return json.loads(path.read_text())
+
+
+def write_report(folder: str | Path, report: dict[str, Any]) -> None:
+    """Write the JSON, Markdown and PNG forms of `report` into `folder`."""
+    folder = Path(folder)
+    report = {**report, "stages": {s: report["stages"][s] for s in STAGE_ORDER if s in report["stages"]}}
+    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n")
+    (folder / REPORT_MD).write_text(report_markdown(report))
+    plot_per_norm_error(report, folder / REPORT_PNG)
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}g}" if abs(value) < 1e-3 and value != 0 else f"{value:.{digits}f}"
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: what was converted and how, then end-to-end and per-norm tables by stage."""
+    stages = report["stages"]
+    lines = [
+        f"# Conversion report: {report['architecture']} to `{report['norm_type']}`",
+        "",
+        f"- Source: `{report['source']}`"
+        + (f" (revision `{report['source_revision']}`)" if report["source_revision"] else ""),
+        f"- Family: {report['family']}; norm_type: `{report['norm_type']}`; exact conversion: {'yes' if report['exact'] else 'no'}",
+        f"- Norm options: `{json.dumps(report['options'])}`",
+        f"- Folded affine parameters into the next Linear layers: {'yes' if report['folded'] else 'no'}",
+        f"- hf-norms version: {report['hf_norms_version']}",
+    ]
+    calibration, healing, evaluation = report.get("calibration"), report.get("healing"), report["evaluation"]
+    if calibration:
+        lines.append(
+            f"- Calibration: {calibration['samples']} examples from `{calibration['data']}`, "
+            f"{calibration['seconds']:.1f} s; {calibration['method']}"
+        )
+    if healing:
+        lines.append(
+            f"- Healing: {healing['steps']} steps on {healing['samples']} examples from `{healing['data']}`, "
+            f"{healing['seconds']:.0f} s; loss: {healing['loss']}"
+        )
+    folding = report.get("folding")
+    if folding:
+        skipped = "; ".join(f"`{name}`: {reason}" for name, reason in folding["skipped"].items()) or "none"
+        lines.append(
+            f"- Folding: {len(folding['folded'])} norms folded (skipped: {skipped}); max abs diff to the unfolded "
+            f"model {_number(folding['max_abs_diff_to_unfolded'])}"
+        )
+    pooling = "mean over real tokens" if evaluation.get("pooling") == "mean" else "the [CLS] token"
+    lines.append(f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`; pooling: {pooling}")
+    if report["family"] == "bert" and report["norm_type"] == "dyt":
+        lines.append("- Note: BERT is post-LN; DyT was not tested on post-LN models by its authors (experimental).")
+    lines += [
+        "",
+        "## End to end",
+        "",
+        "Max abs diff over the final hidden states and logits; mean cosine of the pooled final hidden states; top-1 "
+        "agreement and KL(original || converted) of the logits where the model has a head.",
+        "",
+        "| stage | max abs diff | mean cosine | top-1 agreement | KL divergence |",
+        "|---|---|---|---|---|",
+    ]
+    for stage, metrics in stages.items():
+        e2e = metrics["end_to_end"]
+        lines.append(
+            f"| {stage} | {_number(e2e['max_abs_diff'])} | {_number(e2e['mean_cosine'])} | "
+            f"{_number(e2e['top1_agreement'])} | {_number(e2e['kl_divergence'])} |"
+        )
+    names = list(next(iter(stages.values()))["per_norm"]) if stages else []
+    lines += [
+        "",
+        "## Per norm: relative error of the output, ||y - y_ln|| / ||y_ln||",
+        "",
+        "| norm | " + " | ".join(stages) + " |",
+        "|---" * (len(stages) + 1) + "|",
+    ]
+    for name in names:
+        lines.append(f"| `{name}` | " + " | ".join(_number(stages[s]["per_norm"].get(name)) for s in stages) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_per_norm_error(report: dict[str, Any], path: Path) -> None:
+    """A PNG line plot of each stage's per-norm relative error against the norm's position in the forward pass."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = report["stages"]
+    names = list(next(iter(stages.values()))["per_norm"]) if stages else []
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(names) + 2), 4.2), dpi=110)
+    floor = 1e-9
+    for stage, metrics in stages.items():
+        values = [max(metrics["per_norm"][name], floor) for name in names]
+        axes.plot(range(len(names)), values, marker="o", label=stage)
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(names)))
+    axes.set_xticklabels([_short_name(name) for name in names], rotation=75, fontsize=7)
+    axes.set_ylabel("relative error of the norm output")
+    axes.set_title(f"{report['architecture']}: LayerNorm to {report['norm_type']}", fontsize=10)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def _short_name(name: str) -> str:
+    """`bert.encoder.layer.3.attention.output.LayerNorm` -> `3.attention.LayerNorm`, for axis labels."""
+    parts = [p for p in name.split(".") if p not in {"bert", "vit", "deit", "encoder", "layer", "layers", "output"}]
+    return ".".join(parts) or name
