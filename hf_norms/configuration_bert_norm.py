@@ -1,5 +1,9 @@
 """Configuration of BERT models with a selectable normalization layer (`model_type="bert_norm"`)."""
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig
 

@@ -1,5 +1,9 @@
 """Configuration of DeiT models with a selectable normalization layer (`model_type="deit_norm"`)."""
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 from huggingface_hub.dataclasses import strict
 from transformers import DeiTConfig
 

@@ -1,5 +1,9 @@
 """Configuration of ViT models with a selectable normalization layer (`model_type="vit_norm"`)."""
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 from huggingface_hub.dataclasses import strict
 from transformers import ViTConfig
 

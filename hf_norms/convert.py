@@ -58,6 +58,10 @@ EXACT_OPTIONS: dict[str, dict[str, Any]] = {
     "lape": {"lape_keep_input_pe": True},
 }
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"dyt": {"dyt_per_channel_alpha": True}}
+PROCESSOR_FILES = {
+    "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt"),
+    "image": ("preprocessor_config.json", "processor_config.json"),
+}
 RAW_PROBES = "built-in probe inputs (no processor)"
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
 # Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
@@ -183,7 +187,13 @@ def load_student(
 
 
 def load_processor(path: Path, modality: str):
-    """The tokenizer (text) or image processor (images) saved with the source, or None."""
+    """The tokenizer (text) or image processor (images) saved with the checkpoint, or None when it has none.
+
+    Its files are looked for first: transformers would otherwise build an empty default tokenizer for a BERT folder.
+    """
+    files = PROCESSOR_FILES[modality]
+    if not any((path / name).is_file() for name in files):
+        return None
     loader = transformers.AutoTokenizer if modality == "text" else transformers.AutoImageProcessor
     try:
         with quiet_transformers():

@@ -238,6 +238,6 @@ def plot_per_norm_error(report: dict[str, Any], path: Path) -> None:
 
 
 def _short_name(name: str) -> str:
-    """`bert.encoder.layer.3.attention.output.LayerNorm` -> `3.attention.LayerNorm`, for axis labels."""
-    parts = [p for p in name.split(".") if p not in {"bert", "vit", "deit", "encoder", "layer", "layers", "output"}]
-    return ".".join(parts) or name
+    """`bert.encoder.layer.3.attention.output.LayerNorm` -> `3.attn.LayerNorm` (`output.LayerNorm` -> `ffn.LayerNorm`)."""
+    parts = [p for p in name.split(".") if p not in {"bert", "vit", "deit", "encoder", "layer", "layers"}]
+    return ".".join(parts).replace("attention.output.", "attn.").replace("output.", "ffn.") or name

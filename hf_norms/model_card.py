@@ -13,7 +13,6 @@ Nothing is estimated: a number absent from those files is absent from the card.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import shutil
 from dataclasses import dataclass, field, fields
@@ -25,8 +24,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from .citations import PAPERS, Paper
 from .norm_options import NormOptions
 from .version_guard import SUPPORTED_TRANSFORMERS
-
-logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 REPORT_NAME = "conversion_report.json"
@@ -368,8 +365,8 @@ def gather_card_facts(
     training = read_training_facts(folder, training_dataset)
     architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
     all_datasets = [*(datasets or []), *report_datasets(report)]
-    if training is not None and looks_like_repo_id(training.dataset):
-        all_datasets.append(training.dataset)
+    if training is not None and hub_dataset(training.dataset):
+        all_datasets.append(hub_dataset(training.dataset))
     return CardFacts(
         repo_id=repo_id,
         model_type=model_type,
@@ -467,7 +464,11 @@ def provenance(facts: CardFacts) -> list[str]:
         steps.append(
             f"Converted with hf-norms {facts.hf_norms_version} to `{facts.architecture}`, "
             f'`norm_type="{facts.norm_type}"`, {exact}.'
-            + (" Parameters were folded for inference after the conversion." if report.get("folded") else "")
+            + (
+                " The norms' gamma and beta were then folded into the Linear layers that read them."
+                if report.get("folded")
+                else ""
+            )
         )
         if report.get("calibration"):
             c = report["calibration"]
@@ -478,14 +479,14 @@ def provenance(facts: CardFacts) -> list[str]:
             h = report["healing"]
             steps.append(
                 f"Healed by distillation from the source ({h['loss']}) on {h['samples']} samples of {data_name(h['data'])}: "
-                f"{h['steps']} steps, {h['seconds']:.0f} s."
+                f"{plural(h['steps'], 'step')}, {h['seconds']:.0f} s."
             )
     if facts.training is not None:
         run = facts.training
         detail = ", ".join(
             part
             for part in (
-                f"{run.global_step} steps" if run.global_step else "",
+                plural(run.global_step, "step") if run.global_step else "",
                 f"{run.epochs:g} epochs" if run.epochs else "",
             )
             if part
@@ -495,6 +496,10 @@ def provenance(facts: CardFacts) -> list[str]:
             f"{f' ({detail})' if detail else ''}."
         )
     return [*steps, *facts.notes]
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def limitations(facts: CardFacts) -> list[str]:

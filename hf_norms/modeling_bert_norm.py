@@ -7,6 +7,10 @@ keeps padding out of DTN's inter-token statistics. LaPE takes the position embed
 each layer's normalised copy to that layer's attention input. The heads reuse the stock heads' `forward`.
 """
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel

@@ -4,6 +4,10 @@ DeiT is ViT with a second prefix token (distillation) and zero-initialised embed
 mechanism of `modeling_vit_norm` (`VisionNormModel` and friends) and reuses the stock DeiT heads' `forward`.
 """
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.deit.modeling_deit import (

@@ -6,6 +6,10 @@ relative imports of flat files.
 
 from __future__ import annotations
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import os
 from typing import ClassVar
 

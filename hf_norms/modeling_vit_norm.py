@@ -9,6 +9,10 @@ differ only in their prefix tokens ([CLS] vs [CLS] + distillation) and their hea
 
 from __future__ import annotations
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 from collections.abc import Iterable
 from typing import ClassVar
 

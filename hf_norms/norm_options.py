@@ -6,6 +6,10 @@ Mixed into `ViTNormConfig`, `DeiTNormConfig` and `BertNormConfig`; `validate_nor
 
 from __future__ import annotations
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 from dataclasses import dataclass
 from typing import ClassVar
 

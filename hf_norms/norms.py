@@ -9,6 +9,10 @@ This file is copied next to a saved checkpoint for `trust_remote_code`, so it im
 
 from __future__ import annotations
 
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass

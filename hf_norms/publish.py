@@ -351,7 +351,7 @@ def push_to_hub(
             raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None
         except HfHubHTTPError as err:
             raise PushError(explain_http_error(err, endpoint, repo_id, folder, token)) from None
-        except (httpx2.HTTPError, OSError) as err:
+        except httpx2.HTTPError as err:  # connection refused, reset, timed out, ...
             raise PushError(
                 redact(
                     f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "

@@ -16,6 +16,7 @@ from __future__ import annotations
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from .model_card import NormCardTrainerMixin
 from .norms import DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm
 
 NORM_MODULE_TYPES: tuple[type[nn.Module], ...] = (
@@ -62,11 +63,12 @@ def optimizer_parameter_groups(model: nn.Module, weight_decay: float) -> list[di
     ]
 
 
-class NormTrainer(Trainer):
+class NormTrainer(NormCardTrainerMixin, Trainer):
     """`Trainer` whose optimizer exempts norm parameters, 1-D parameters and vision tokens from weight decay.
 
     Everything else (optimizer choice, schedule, checkpointing, distribution) is the stock Trainer's; only
-    `get_decay_parameter_names`, which its `create_optimizer` uses to split the two groups, is replaced.
+    `get_decay_parameter_names`, which its `create_optimizer` uses to split the two groups, is replaced, and
+    `push_to_hub` publishes the hf-norms model card (`NormCardTrainerMixin`).
     """
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:

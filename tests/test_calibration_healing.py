@@ -31,6 +31,32 @@ def test_fit_dyt_recovers_a_dyt_function():
     assert scalar.alpha.shape == (1,) and scalar.relative_error > fit.relative_error
 
 
+def test_load_examples_from_every_kind_of_source(tmp_path):
+    import datasets
+
+    (tmp_path / "texts.txt").write_text("first text\n\nsecond text\n")
+    assert load_examples(tmp_path / "texts.txt", "text").items == ["first text", "second text"]
+    images = save_images(tmp_path / "images" / "nested", 3)
+    assert len(load_examples(tmp_path / "images", "image")) == 3  # searched recursively
+    pictures = load_examples(images, "image").items
+    datasets.Dataset.from_dict({"label": [0, 1], "sentence": ["a", "b"]}).save_to_disk(tmp_path / "text-ds")
+    assert load_examples(tmp_path / "text-ds", "text").items == ["a", "b"]
+    image_ds = datasets.Dataset.from_dict(
+        {"picture": pictures}, features=datasets.Features({"picture": datasets.Image()})
+    )
+    image_ds.save_to_disk(tmp_path / "image-ds")
+    loaded = load_examples(tmp_path / "image-ds", "image")
+    assert len(loaded) == 3 and loaded.items[0].mode == "RGB" and loaded.description == str(tmp_path / "image-ds")
+    assert load_examples(image_ds, "image").description.endswith("(3 rows)")
+    assert load_examples(["x", "y"], "text").items == ["x", "y"]
+    with pytest.raises(ConversionError, match="holds images, but this model takes text"):
+        load_examples(images, "text")
+    with pytest.raises(ConversionError, match="no text column"):
+        load_examples(tmp_path / "image-ds", "text")
+    with pytest.raises(ConversionError, match="PIL images"):
+        load_examples(["x"], "image")
+
+
 @pytest.fixture(scope="module")
 def news_files(tmp_path_factory):
     """Real BBC News texts, one per line: a calibration/evaluation file and a disjoint healing file."""
