@@ -89,7 +89,7 @@ def demo_jobs(minilm: Path, dinov2: Path, texts_file: Path, held_out_file: Path)
             str(minilm),
             "text",
             "dyt",
-            {**text_data, "calibration_data": str(texts_file), "calibration_samples": 64},
+            {**text_data, "calibration_data": str(texts_file), "calibration_samples": 32},
         ),
         DemoJob("dinov2-small-vit-dtn", str(dinov2), "image", "dtn", {}),
         DemoJob("dinov2-small-vit-lape", str(dinov2), "image", "lape", {}),
@@ -153,6 +153,9 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
     from .packaged import dinov2_small_vit_path, minilm_path
     from .publish import push_to_hub
 
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     hub = None if endpoint else HubServer(workdir / "hub").start()
