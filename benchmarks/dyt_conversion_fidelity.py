@@ -142,7 +142,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(calibrated, ignore_errors=True)
     shutil.copytree(dyt, calibrated)
     report = heal(dyt, data["heal"], max_steps=args.heal_steps, max_minutes=args.heal_minutes,
-                  batch_size=args.heal_batch_size, max_length=64, progress=True)  # fmt: skip
+                  batch_size=args.heal_batch_size, progress=True)  # fmt: skip
     results["report_stages"] = {stage: metrics["end_to_end"] for stage, metrics in report["stages"].items()}
     results["calibration"], results["healing"] = report["calibration"], report["healing"]
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=packaged.cache_root() / "dyt-fidelity")
     parser.add_argument("--heal-minutes", type=float, default=15.0)
     parser.add_argument("--heal-steps", type=int, default=400)
-    parser.add_argument("--heal-batch-size", type=int, default=16)
+    parser.add_argument("--heal-batch-size", type=int, default=8)
     parser.add_argument("--heal-samples", type=int, default=2048)
     parser.add_argument("--calibration-samples", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=128)

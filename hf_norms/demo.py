@@ -149,11 +149,11 @@ def fidelity_summary(report: dict) -> str:
 
 
 def run_demo(workdir: Path, endpoint: str | None) -> int:
+    from transformers.utils import logging as transformers_logging
+
     from .convert import convert
     from .packaged import dinov2_small_vit_path, minilm_path
     from .publish import push_to_hub
-
-    from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()

@@ -162,8 +162,8 @@ def heal(
     samples: int | None = None,
     max_steps: int = 300,
     max_minutes: float | None = None,
-    batch_size: int = 16,
-    max_length: int = 64,
+    batch_size: int = 8,
+    max_length: int = 128,
     learning_rate: float = 2e-4,
     warmup_steps: int = 10,
     save_steps: int = 50,
@@ -394,8 +394,8 @@ def add_cli_command(subparsers) -> None:
     parser.add_argument("--samples", type=int, help="use at most this many examples of --data")
     parser.add_argument("--max-steps", type=int, default=300)
     parser.add_argument("--max-minutes", type=float, help="stop (with a checkpoint to resume from) after this long")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-length", type=int, default=64, help="text: tokens per training window")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-length", type=int, default=128, help="text: tokens per training window")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--save-steps", type=int, default=50)
     parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
