@@ -15,19 +15,8 @@ from conftest import HEAD_CASES, head_config, primary_output
 from transformers import AutoTokenizer, ViTImageProcessor, pipeline
 
 import hf_norms
+from hf_norms.demo import BLOCK_HF_NORMS
 
-BLOCK_HF_NORMS = textwrap.dedent(
-    """
-    import importlib.abc, sys
-
-    class BlockHfNorms(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] == "hf_norms":
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-
-    sys.meta_path.insert(0, BlockHfNorms())
-    """
-)
 REMOTE_CASES = [
     case
     for case in HEAD_CASES
