@@ -18,7 +18,7 @@ from transformers.models.deit.modeling_deit import (
 
 from .configuration_deit_norm import DeiTNormConfig
 from .modeling_norm_utils import register_stock_key_renames
-from .modeling_vit_norm import VisionNormModel, VisionNormPreTrainedModel
+from .modeling_vit_norm import VisionNormModel, VisionNormPreTrainedModel, linear_head
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_deit_norm.DeiTNormConfig",
@@ -26,10 +26,6 @@ FAMILY_AUTO_MAP = {
     "AutoModelForImageClassification": "modeling_deit_norm.DeiTNormForImageClassification",
     "AutoModelForMaskedImageModeling": "modeling_deit_norm.DeiTNormForMaskedImageModeling",
 }
-
-
-def linear_head(config: DeiTNormConfig) -> nn.Module:
-    return nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
 
 
 class DeiTNormPreTrainedModel(VisionNormPreTrainedModel):

@@ -164,6 +164,11 @@ class VisionNormLayer(GradientCheckpointingLayer):
         return hidden_states + residual
 
 
+def linear_head(config) -> nn.Module:
+    """The stock classifier of ViT and DeiT: a Linear on one token's final state, or Identity with no labels."""
+    return nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
+
+
 class VisionNormPreTrainedModel(NormPreTrainedMixin, PreTrainedModel):
     """Base of the ViT and DeiT norm models; families set `config`, `base_model_prefix` and `family_auto_map`."""
 
@@ -301,7 +306,7 @@ class ViTNormForImageClassification(ViTNormPreTrainedModel, ViTForImageClassific
         PreTrainedModel.__init__(self, config)
         self.num_labels = config.num_labels
         self.vit = ViTNormModel(config, add_pooling_layer=False)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
+        self.classifier = linear_head(config)
         self.post_init()
 
 
