@@ -29,7 +29,7 @@ def dtn_reference(layer: DynamicTokenNorm, x: torch.Tensor, layout: TokenLayout)
     weight, bias = layer.weight.double(), layer.bias.double()
     rows, cols = layout.grid_size
     logits = layer.pos_proj.double()(relative_offsets(rows, cols).double())  # [M, M, H]
-    out = torch.empty_like(x)
+    tokens = []  # built out of place, so that autograd can differentiate the reference too
     for b in range(batch):
         real = torch.ones(seq_len - prefix, dtype=torch.bool)
         if layout.padding_mask is not None:
@@ -37,8 +37,9 @@ def dtn_reference(layer: DynamicTokenNorm, x: torch.Tensor, layout: TokenLayout)
         for i in range(seq_len):
             mu_ln, var_ln = x[b, i].mean(), x[b, i].var(unbiased=False)
             if i < prefix:
-                out[b, i] = (x[b, i] - mu_ln) / torch.sqrt(var_ln + layer.eps) * weight + bias
+                tokens.append((x[b, i] - mu_ln) / torch.sqrt(var_ln + layer.eps) * weight + bias)
                 continue
+            normalized = []
             for h in range(heads):
                 channels = slice(h * hidden // heads, (h + 1) * hidden // heads)
                 p = logits[i - prefix, :, h].masked_fill(~real, float("-inf")).softmax(-1)  # over source tokens j
@@ -48,8 +49,9 @@ def dtn_reference(layer: DynamicTokenNorm, x: torch.Tensor, layout: TokenLayout)
                 l_mu, l_var = layer.mean_gate[h].double(), layer.var_gate[h].double()
                 mu = l_mu * mu_ln + (1 - l_mu) * mean_inter
                 var = l_var * var_ln + (1 - l_var) * var_inter
-                out[b, i, channels] = (x[b, i, channels] - mu) / torch.sqrt(var + layer.eps)
-            out[b, i] = out[b, i] * weight + bias
+                normalized.append((x[b, i, channels] - mu) / torch.sqrt(var + layer.eps))
+            tokens.append(torch.cat(normalized) * weight + bias)
+    out = torch.stack(tokens).view(batch, seq_len, hidden)
     return out
 
 
@@ -64,28 +66,67 @@ def random_dtn(hidden=24, heads=3) -> DynamicTokenNorm:
     return layer
 
 
-@pytest.mark.parametrize(("grid", "padding"), [((3, 4), False), ((1, 12), False), ((1, 12), True)])
-def test_dtn_matches_the_paper_formula(grid, padding):
-    layer = random_dtn()
+DTN_CASES = [((3, 4), False), ((1, 12), False), ((1, 12), True)]
+
+
+def dtn_case(grid: tuple[int, int], padding: bool) -> tuple[torch.Tensor, TokenLayout, torch.Tensor]:
+    """Input `[2, 13, 24]`, its layout (one prefix token), and the `[2, 13]` bool mask of real tokens."""
     x = torch.randn(2, 1 + 12, 24) * 3 + 1
     mask = torch.ones(2, 13, dtype=torch.long)
     if padding:
         mask[1, -4:] = 0
-    layout = TokenLayout(1, grid, mask if padding else None)
-    out = layer(x, layout)
+    return x, TokenLayout(1, grid, mask if padding else None), mask.bool()
+
+
+@pytest.mark.parametrize("autograd", [True, False], ids=["autograd", "inference"])
+@pytest.mark.parametrize(("grid", "padding"), DTN_CASES)
+def test_dtn_matches_the_paper_formula(grid, padding, autograd):
+    """Both code paths (with autograd: LayerNorm plus a correction; without: the formula in place) are the paper's."""
+    layer = random_dtn()
+    x, layout, rows = dtn_case(grid, padding)
+    with torch.set_grad_enabled(autograd):
+        out = layer(x, layout)
     reference = dtn_reference(layer, x, layout)
-    rows = mask.bool()
     assert (out.double() - reference)[rows].abs().max().item() < 1e-4
 
 
-def test_dtn_with_gates_at_one_is_layernorm_bit_for_bit():
+@pytest.mark.parametrize(("grid", "padding"), DTN_CASES)
+def test_dtn_gradients_match_the_paper_formula(grid, padding):
+    layer = random_dtn()
+    x, layout, rows = dtn_case(grid, padding)
+    x_fast, x_reference = x.clone().requires_grad_(), x.clone().requires_grad_()
+    upstream = torch.randn(x.shape) * rows[..., None]
+    (layer(x_fast, layout) * upstream).sum().backward()
+    fast = {name: param.grad.clone() for name, param in layer.named_parameters() if param.grad is not None}
+    layer.zero_grad()
+    (dtn_reference(layer, x_reference, layout) * upstream.double()).sum().backward()
+    torch.testing.assert_close(x_fast.grad, x_reference.grad, rtol=1e-4, atol=1e-4)
+    for name, grad in fast.items():
+        reference_grad = layer.get_parameter(name).grad
+        torch.testing.assert_close(grad.double(), reference_grad.double(), rtol=1e-4, atol=1e-4, msg=name)
+    assert {"mean_gate", "var_gate", "pos_proj.weight", "weight", "bias"} <= set(fast)
+
+
+def test_dtn_in_bfloat16_is_close_to_float32():
+    layer = random_dtn()
+    x, layout, _ = dtn_case((3, 4), False)
+    with torch.no_grad():
+        expected = layer(x, layout)
+        out = layer.to(torch.bfloat16)(x.to(torch.bfloat16), layout)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+@pytest.mark.parametrize("autograd", [True, False], ids=["autograd", "inference"])
+def test_dtn_with_gates_at_one_is_layernorm_bit_for_bit(autograd):
     layer = random_dtn()
     with torch.no_grad():
         layer.mean_gate.fill_(1.0)
         layer.var_gate.fill_(1.0)
     x = torch.randn(3, 1 + 16, 24) * 7
     expected = F.layer_norm(x, (24,), layer.weight, layer.bias, layer.eps)
-    assert torch.equal(layer(x, TokenLayout(1, (4, 4))), expected)
+    with torch.set_grad_enabled(autograd):
+        assert torch.equal(layer(x, TokenLayout(1, (4, 4))), expected)
 
 
 def test_dtn_gates_at_one_still_learn_and_stay_in_range():
