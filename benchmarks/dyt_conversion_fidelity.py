@@ -31,7 +31,7 @@ from hf_norms import packaged
 from hf_norms.calibration import encode_batches, load_examples
 from hf_norms.convert import convert, load_processor
 from hf_norms.fidelity import pooled
-from hf_norms.healing import heal
+from hf_norms.healing import COSINE_WEIGHT, HIDDEN_STATE_WEIGHT, heal
 
 EXACT_TYPES = ("sepnorm", "dtn", "lape")
 
@@ -142,7 +142,9 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(calibrated, ignore_errors=True)
     shutil.copytree(dyt, calibrated)
     report = heal(dyt, data["heal"], max_steps=args.heal_steps, max_minutes=args.heal_minutes,
-                  batch_size=args.heal_batch_size, progress=True)  # fmt: skip
+                  batch_size=args.heal_batch_size, learning_rate=args.heal_learning_rate,
+                  cosine_weight=args.cosine_weight, hidden_state_weight=args.hidden_state_weight,
+                  progress=True)  # fmt: skip
     results["report_stages"] = {stage: metrics["end_to_end"] for stage, metrics in report["stages"].items()}
     results["calibration"], results["healing"] = report["calibration"], report["healing"]
 
@@ -189,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heal-steps", type=int, default=400)
     parser.add_argument("--heal-batch-size", type=int, default=8)
     parser.add_argument("--heal-samples", type=int, default=2048)
+    parser.add_argument("--heal-learning-rate", type=float, default=2e-4)
+    parser.add_argument("--cosine-weight", type=float, default=COSINE_WEIGHT)
+    parser.add_argument("--hidden-state-weight", type=float, default=HIDDEN_STATE_WEIGHT)
     parser.add_argument("--calibration-samples", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=128)
     parser.add_argument("--probe-train", type=int, default=600)

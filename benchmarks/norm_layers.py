@@ -1,7 +1,11 @@
 """Each norm layer alone, forward and forward+backward, fp32 and bf16, as ratios to `nn.LayerNorm` in the same run.
 
-python -m benchmarks.norm_layers            # [32, 197, 384]: ViT-S/16 at batch 32
-python -m benchmarks.norm_layers --smoke    # tiny sizes, a few rounds (run by the test suite)
+python -m benchmarks.norm_layers              # [32, 197, 384]: ViT-S/16 at batch 32
+python -m benchmarks.norm_layers --no-compile # without the torch.compile rows (compiling takes a minute)
+python -m benchmarks.norm_layers --smoke      # tiny sizes, a few rounds (run by the test suite)
+
+The fp32 forward table also has `torch.compile` rows for LayerNorm and DyT: compiled, DyT's three elementwise passes
+fuse into one loop, the fused kernel eager PyTorch does not have.
 """
 
 from __future__ import annotations
@@ -63,7 +67,17 @@ def candidates(
     return {name: make(layer) for name, layer in layers.items()}
 
 
-def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int) -> str:
+def compiled_forward(layer: torch.nn.Module, x: torch.Tensor, layout: TokenLayout) -> Callable[[], object]:
+    compiled = torch.compile(layer, fullgraph=True)
+
+    def run():
+        with torch.no_grad():
+            return compiled(x, layout)
+
+    return run
+
+
+def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int, compile_layers: bool) -> str:
     prefix = 1
     layout = TokenLayout(prefix, (tokens_side, tokens_side))
     sections = [f"Norm layers on [{batch}, {prefix + tokens_side**2}, {hidden}], {torch.get_num_threads()} threads."]
@@ -72,7 +86,11 @@ def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int) -> s
             layers = {name: layer.to(dtype) for name, layer in norm_layers(hidden, heads, prefix).items()}
             layers["dyt, naive tanh formula"] = NaiveDyT(layers["dyt"])
             x = torch.randn(batch, prefix + tokens_side**2, hidden, dtype=dtype)
-            timings = time_interleaved(candidates(layers, x, layout, backward), rounds=rounds)
+            runners = candidates(layers, x, layout, backward)
+            if compile_layers and dtype == torch.float32 and not backward:
+                for name in ("layernorm", "dyt", "dyt (per-channel alpha)"):
+                    runners[f"{name}, torch.compile"] = compiled_forward(layers[name], x, layout)
+            timings = time_interleaved(runners, rounds=rounds)
             title = f"{'forward+backward' if backward else 'forward'}, {str(dtype).removeprefix('torch.')}"
             sections.append(f"\n{title}\n\n" + markdown_table(TIMING_HEADER, ratio_rows(timings, "layernorm")))
     pe_norm = PositionEmbeddingNorm(hidden)
@@ -88,12 +106,15 @@ def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int) -> s
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds, to check that it runs")
+    parser.add_argument("--no-compile", action="store_true", help="eager only")
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args(argv)
     if args.smoke:
-        print(run(batch=2, tokens_side=3, hidden=16, heads=2, rounds=2))
+        print(run(batch=2, tokens_side=3, hidden=16, heads=2, rounds=2, compile_layers=False))
     else:
-        print(run(batch=32, tokens_side=14, hidden=384, heads=6, rounds=args.rounds))
+        print(
+            run(batch=32, tokens_side=14, hidden=384, heads=6, rounds=args.rounds, compile_layers=not args.no_compile)
+        )
 
 
 if __name__ == "__main__":

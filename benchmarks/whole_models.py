@@ -3,13 +3,19 @@
 
     python -m benchmarks.whole_models                     # everything (compiling takes minutes on 2 cores)
     python -m benchmarks.whole_models --no-compile        # eager only
+    python -m benchmarks.whole_models --modes inference --executions compiled   # one kind of table
     python -m benchmarks.whole_models --smoke             # tiny sizes, few rounds (run by the test suite)
+
+Inference tables have two more rows: `dyt, folded` (ViT: `hf_norms.folding.fold_norms`, DyT's weight/bias moved into
+the next Linear layers) and `no norm`, the layernorm model with every norm replaced by the identity: the floor that
+no norm implementation can go below, which shows how much of the model's time its norms take at all.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import AutoTokenizer
@@ -17,6 +23,8 @@ from transformers import AutoTokenizer
 import hf_norms
 from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
 from hf_norms import packaged
+from hf_norms.folding import fold_norms
+from hf_norms.norms import LayerNorm
 
 NORM_VARIANTS = {
     "layernorm": {},
@@ -70,6 +78,28 @@ def bert_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
     return models, inputs
 
 
+class NoNorm(torch.nn.Module):
+    """Returns its input: stands in for every norm in the `no norm` floor row."""
+
+    def forward(self, hidden_states: torch.Tensor, layout=None) -> torch.Tensor:
+        return hidden_states
+
+
+def inference_variants(models: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
+    """The models plus `dyt, folded` (pre-LN vision models only) and the `no norm` floor."""
+    variants = dict(models)
+    if not models["dyt"].config.model_type.startswith("bert"):
+        folded = copy.deepcopy(models["dyt"])
+        fold_norms(folded)
+        variants["dyt, folded"] = folded
+    floor = copy.deepcopy(models["layernorm"])
+    for name, module in list(floor.named_modules()):
+        if isinstance(module, LayerNorm):
+            floor.set_submodule(name, NoNorm())
+    variants["no norm"] = floor
+    return variants
+
+
 def inference(model: torch.nn.Module, inputs: dict) -> Callable[[], object]:
     model.eval()
     features = {k: v for k, v in inputs.items() if k != "labels"}
@@ -95,6 +125,8 @@ def training_step(model: torch.nn.Module, inputs: dict) -> Callable[[], object]:
 
 
 def section(title: str, models: dict, inputs: dict, make: Callable, compile_models: bool, rounds: int) -> str:
+    if make is inference:
+        models = inference_variants(models)
     runners = {}
     for name, model in models.items():
         runner_model = torch.compile(model) if compile_models else model
@@ -103,16 +135,30 @@ def section(title: str, models: dict, inputs: dict, make: Callable, compile_mode
     return f"\n{title}\n\n" + markdown_table(TIMING_HEADER, ratio_rows(timings, "layernorm"))
 
 
-def run(smoke: bool, compile_models: bool, rounds: int) -> str:
+FAMILIES = {"vit": ("ViT", vit_models), "bert": ("BERT", bert_models)}
+MODES = {"inference": ("inference", inference), "training": ("training step (AdamW)", training_step)}
+EXECUTIONS = {"eager": False, "compiled": True}
+
+
+def run(
+    smoke: bool,
+    rounds: int,
+    families: Sequence[str] = tuple(FAMILIES),
+    modes: Sequence[str] = tuple(MODES),
+    executions: Sequence[str] = tuple(EXECUTIONS),
+) -> str:
     out = [f"Whole models, {torch.get_num_threads()} threads, fp32."]
-    for family, build in (("ViT", vit_models), ("BERT", bert_models)):
+    for family_key in families:
+        family, build = FAMILIES[family_key]
         models, inputs = build(smoke)
         shape = "x".join(str(size) for size in next(iter(inputs.values())).shape)
         kind = "tiny" if smoke else "ViT-S/16 size" if family == "ViT" else "real MiniLM"
         family = f"{family} ({kind}), input {shape}"
-        for mode, make in (("inference", inference), ("training step (AdamW)", training_step)):
-            for compiled in (False, True) if compile_models else (False,):
-                if compiled and smoke and (mode.startswith("training") or family.startswith("BERT")):
+        for mode_key in modes:
+            mode, make = MODES[mode_key]
+            for execution in executions:
+                compiled = EXECUTIONS[execution]
+                if compiled and smoke and (mode_key == "training" or family_key == "bert"):
                     continue  # the smoke run compiles one section only, to keep the test suite short
                 title = f"{family}: {mode}, {'torch.compile' if compiled else 'eager'}"
                 out.append(section(title, models, inputs, make, compiled, rounds))
@@ -123,10 +169,15 @@ def run(smoke: bool, compile_models: bool, rounds: int) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds, to check that it runs")
-    parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--no-compile", action="store_true", help="eager only (same as --executions eager)")
+    parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--executions", nargs="+", choices=list(EXECUTIONS), default=list(EXECUTIONS))
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args(argv)
-    print(run(smoke=args.smoke, compile_models=not args.no_compile, rounds=2 if args.smoke else args.rounds))
+    executions = ["eager"] if args.no_compile else args.executions
+    rounds = 2 if args.smoke else args.rounds
+    print(run(args.smoke, rounds, args.families, args.modes, executions))
 
 
 if __name__ == "__main__":

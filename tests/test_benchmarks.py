@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from benchmarks import norm_layers, whole_models
+from benchmarks import conversion, norm_layers, whole_models
 
 
 def test_norm_layer_benchmark_runs(capsys):
@@ -22,3 +23,27 @@ def test_whole_model_benchmark_runs_eager_and_compiled(capsys):
     assert printed.count("torch.compile") == 1 and printed.count("eager") == 4
     for norm_type in whole_models.NORM_VARIANTS:
         assert f"| {norm_type} |" in printed
+
+
+@pytest.mark.slow
+def test_conversion_benchmark_runs(capsys):
+    conversion.main(["--smoke"])
+    printed = capsys.readouterr().out
+    for job in ("load+save", "convert sepnorm", "convert dtn", "convert lape"):
+        assert f"| tiny ViT: {job} |" in printed
+    assert "| tiny ViT: load+save | " in printed and "| 1.00x (1.00-1.00) |" in printed
+
+
+def test_whole_model_benchmark_has_the_folded_and_floor_rows(capsys):
+    models, inputs = whole_models.vit_models(smoke=True)
+    with torch.no_grad():
+        models["dyt"].vit.layers[0].layernorm_before.weight.uniform_(0.5, 1.5)
+    variants = whole_models.inference_variants(models)
+    assert {"dyt, folded", "no norm"} <= set(variants)
+    assert not any(isinstance(m, whole_models.LayerNorm) for m in variants["no norm"].modules())
+    folded_norm = variants["dyt, folded"].vit.layers[0].layernorm_before
+    assert torch.equal(folded_norm.weight, torch.ones_like(folded_norm.weight))
+    pixels = inputs["pixel_values"]
+    with torch.no_grad():
+        expected, folded = (variants[name].eval()(pixel_values=pixels).logits for name in ("dyt", "dyt, folded"))
+    assert (expected - folded).abs().max() < 1e-5
