@@ -31,7 +31,7 @@ def test_conversion_benchmark_runs(capsys):
     printed = capsys.readouterr().out
     for job in ("load+save", "convert sepnorm", "convert dtn", "convert lape"):
         assert f"| tiny ViT: {job} |" in printed
-    assert "| tiny ViT: load+save | " in printed and "| 1.00x (1.00-1.00) |" in printed
+    assert "| 1.00x | " in printed.split("| tiny ViT: load+save |")[1].splitlines()[0]
 
 
 def test_whole_model_benchmark_has_the_folded_and_floor_rows(capsys):

@@ -153,8 +153,11 @@ def test_exact_conversion_of_real_dinov2(dinov2_dir, photo_pixels, norm_type, tm
     if fold:
         folding = report["folding"]
         # Folding is exact algebra; in float32 it reorders rounding over 12 layers: measured 2.0e-5 on outputs up to 11
-        # (1.8e-6 relative). The tiny models of test_folding.py hold the 1e-5 absolute bound.
+        # (1.8e-6 relative), while the unfolded float32 model is itself 5e-5 from its float64 evaluation. The folded
+        # model is no further from the exact result than the original is. (Tiny models hold 1e-5: test_folding.py.)
         assert report["folded"] and folding["max_abs_diff_to_unfolded"] <= 4e-6 * folding["max_abs_output"]
+        to_float64 = folding["max_abs_diff_to_float64"]
+        assert to_float64["folded"] <= 1.5 * to_float64["unfolded"]
         assert len(report["folding"]["folded"]) == 24  # q/k/v and fc1 norms; the final norm is the output
 
     converted = AutoModel.from_pretrained(tmp_path / "out", add_pooling_layer=False).eval()
