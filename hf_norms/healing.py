@@ -5,7 +5,7 @@
 The student is the converted model in `DIR` (all its parameters train); the teacher is the original model named in
 `DIR/conversion_report.json` (or `--teacher`), frozen in eval mode. On unlabeled examples, per batch:
 
-    loss = sum over hidden states l of ||h_l - t_l||^2 / ||t_l||^2       (every layer's output, real tokens)
+    loss = hidden_state_weight * sum over hidden states l of ||h_l - t_l||^2 / ||t_l||^2  (every layer, real tokens)
          + ||f - g||^2 / ||g||^2 + cosine_weight * (1 - cos(pool(f), pool(g)))   (final hidden states f, g)
          + KL(softmax(teacher logits) || softmax(student logits))          (heads with logits)
 
@@ -36,13 +36,26 @@ from .convert import inspect_source, load_processor, load_teacher, quiet_transfo
 from .fidelity import REPORT_JSON, measure_fidelity, pooled, read_report, write_report
 
 COSINE_WEIGHT = 10.0
-LOSS_DESCRIPTION = (
-    "sum over hidden states of ||h - t||^2/||t||^2 + final-state ||f - g||^2/||g||^2 "
-    f"+ {COSINE_WEIGHT:g} * (1 - cosine of pooled final states) + KL(teacher || student) of logits where a head exists"
-)
+HIDDEN_STATE_WEIGHT = 1.0
 
 
-def distillation_loss(student_outputs, teacher_outputs, student_final, teacher_final, mask) -> torch.Tensor:
+def loss_description(cosine_weight: float, hidden_state_weight: float) -> str:
+    return (
+        f"{hidden_state_weight:g} * sum over hidden states of ||h - t||^2/||t||^2 + final-state ||f - g||^2/||g||^2 "
+        f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + KL(teacher || student) of logits where a head "
+        "exists"
+    )
+
+
+def distillation_loss(
+    student_outputs,
+    teacher_outputs,
+    student_final,
+    teacher_final,
+    mask,
+    cosine_weight: float = COSINE_WEIGHT,
+    hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+) -> torch.Tensor:
     """The healing loss of the module docstring for one batch; `mask` is `[batch, seq_len]` bool or None (images)."""
 
     def relative_mse(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
@@ -50,12 +63,12 @@ def distillation_loss(student_outputs, teacher_outputs, student_final, teacher_f
             ours, theirs = ours[mask], theirs[mask]
         return (ours - theirs).pow(2).mean() / theirs.pow(2).mean().clamp_min(1e-12)
 
-    loss = sum(
+    loss = hidden_state_weight * sum(
         relative_mse(h, t) for h, t in zip(student_outputs.hidden_states, teacher_outputs.hidden_states, strict=True)
     )
     loss = loss + relative_mse(student_final, teacher_final)
     cosine = F.cosine_similarity(pooled(student_final, mask), pooled(teacher_final, mask), dim=-1)
-    loss = loss + COSINE_WEIGHT * (1 - cosine).mean()
+    loss = loss + cosine_weight * (1 - cosine).mean()
     student_logits = getattr(student_outputs, "logits", None)
     teacher_logits = getattr(teacher_outputs, "logits", None)
     if student_logits is not None and teacher_logits is not None:
@@ -73,10 +86,19 @@ class DistillationTrainer(Trainer):
     `max_minutes`, at that time budget, whichever comes first: a run cut short by time still ends at a small rate.
     """
 
-    def __init__(self, *args, teacher: nn.Module, max_minutes: float | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        teacher: nn.Module,
+        max_minutes: float | None = None,
+        cosine_weight: float = COSINE_WEIGHT,
+        hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.teacher = teacher.eval().requires_grad_(False)
         self.budget_seconds = None if max_minutes is None else 60.0 * max_minutes
+        self.loss_weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight}
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
@@ -113,7 +135,12 @@ class DistillationTrainer(Trainer):
             for handle in handles:
                 handle.remove()
         loss = distillation_loss(
-            student_outputs, teacher_outputs, finals["student"], finals["teacher"], real_token_mask(inputs)
+            student_outputs,
+            teacher_outputs,
+            finals["student"],
+            finals["teacher"],
+            real_token_mask(inputs),
+            **self.loss_weights,
         )
         return (loss, student_outputs) if return_outputs else loss
 
@@ -167,6 +194,8 @@ def heal(
     learning_rate: float = 2e-4,
     warmup_steps: int = 10,
     save_steps: int = 50,
+    cosine_weight: float = COSINE_WEIGHT,
+    hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
     evaluation_data: Any = None,
     work_dir: str | Path | None = None,
     resume: bool = False,
@@ -238,6 +267,7 @@ def heal(
         learning_rate=learning_rate,
         warmup_steps=warmup_steps,
         save_steps=save_steps,
+        loss_weights={"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight},
         resume=resume,
         progress=progress,
         seed=seed,
@@ -252,7 +282,7 @@ def heal(
         "samples": len(examples),
         "steps": steps,
         "seconds": round(seconds, 1),
-        "loss": LOSS_DESCRIPTION,
+        "loss": loss_description(cosine_weight, hidden_state_weight),
         "learning_rate": learning_rate,
         "batch_size": batch_size,
         "max_length": max_length,
@@ -306,6 +336,7 @@ def train(
     learning_rate: float,
     warmup_steps: int,
     save_steps: int,
+    loss_weights: dict[str, float],
     resume: bool,
     progress: bool,
     seed: int,
@@ -340,6 +371,7 @@ def train(
         args=args,
         teacher=teacher,
         max_minutes=max_minutes,
+        **loss_weights,
         train_dataset=examples,
         data_collator=collator,
         callbacks=[TimeLimit(max_minutes)],
@@ -398,6 +430,15 @@ def add_cli_command(subparsers) -> None:
     parser.add_argument("--max-length", type=int, default=128, help="text: tokens per training window")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--save-steps", type=int, default=50)
+    parser.add_argument(
+        "--cosine-weight", type=float, default=COSINE_WEIGHT, help="weight of the pooled final-state cosine term"
+    )
+    parser.add_argument(
+        "--hidden-state-weight",
+        type=float,
+        default=HIDDEN_STATE_WEIGHT,
+        help="weight of the per-layer hidden-state terms (0: match the final states and logits only)",
+    )
     parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
     parser.add_argument("--work-dir", help="Trainer checkpoints (default: .FOLDER.healing beside FOLDER)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the work dir")
@@ -420,6 +461,8 @@ def run_cli(args: argparse.Namespace) -> int:
             max_length=args.max_length,
             learning_rate=args.learning_rate,
             save_steps=args.save_steps,
+            cosine_weight=args.cosine_weight,
+            hidden_state_weight=args.hidden_state_weight,
             evaluation_data=args.eval_data,
             work_dir=args.work_dir,
             resume=args.resume,
