@@ -309,22 +309,56 @@ def fit_dyt(x: torch.Tensor, y: torch.Tensor, per_channel: bool, refine_steps: i
     return DyTFit(alpha, best_weight, best_bias, relative_error)
 
 
+def dyt_fit_loss_and_gradients(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    log_alpha: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """`L = mean((weight * tanh(alpha * x) + bias - y)^2) / mean(y^2)`, `alpha = exp(log_alpha)`, and its gradients
+    with respect to `(log_alpha, weight, bias)`, written out rather than by autograd.
+
+    With `t = tanh(alpha x)` and `r = weight t + bias - y`, per channel and up to the factor `2 / (numel mean(y^2))`:
+    `dL/dbias = sum_n r`, `dL/dweight = sum_n r t`, `dL/dlog_alpha = alpha weight sum_n r (1 - t^2) x` (summed over
+    channels for a scalar alpha). `buffers` (three tensors shaped like `x`) are reused when given: autograd's fresh
+    `[tokens, hidden]` buffers per evaluation cost page faults and grew the process by hundreds of MB (glibc keeps freed
+    large blocks).
+    """
+    tanh, residual, product = buffers if buffers is not None else tuple(torch.empty_like(x) for _ in range(3))
+    factor = 2.0 / (x.numel() * y.pow(2).mean().clamp_min(1e-12).item())
+    with torch.no_grad():
+        alpha = log_alpha.exp()
+        torch.mul(x, alpha, out=tanh).tanh_()
+        torch.mul(tanh, weight, out=residual).add_(bias).sub_(y)
+        flat = residual.view(-1)
+        loss = torch.dot(flat, flat) * (factor / 2)
+        bias_grad = residual.sum(0) * factor
+        weight_grad = torch.mul(residual, tanh, out=product).sum(0) * factor
+        derivative = tanh.mul_(tanh).neg_().add_(1)  # 1 - t^2, in the tanh buffer
+        alpha_grad = torch.mul(residual, derivative, out=product).mul_(x).sum(0) * weight * alpha * factor
+        if log_alpha.numel() == 1:
+            alpha_grad = alpha_grad.sum().reshape(1)
+    return loss, (alpha_grad, weight_grad, bias_grad)
+
+
 def _refine(
     x: torch.Tensor, y: torch.Tensor, log_alpha: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, steps: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Jointly minimise `mean((weight * tanh(exp(log_alpha) * x) + bias - y)^2) / mean(y^2)` with L-BFGS from the grid fit."""
+    """Jointly minimise `dyt_fit_loss_and_gradients`'s relative error with L-BFGS from the grid fit (the relative loss
+    keeps L-BFGS's tolerances meaningful)."""
     params = [tensor.detach().clone().requires_grad_(True) for tensor in (log_alpha, weight, bias)]
-    scale = y.pow(2).mean().clamp_min(1e-12)  # a relative loss keeps L-BFGS's tolerances meaningful
+    buffers = (torch.empty_like(x), torch.empty_like(x), torch.empty_like(x))
     optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = (params[1] * torch.tanh(params[0].exp() * x) + params[2] - y).pow(2).mean() / scale
-        loss.backward()
+        loss, gradients = dyt_fit_loss_and_gradients(x, y, *params, buffers=buffers)
+        for param, gradient in zip(params, gradients, strict=True):
+            param.grad = gradient
         return loss
 
-    with torch.enable_grad():
-        optimizer.step(closure)
+    optimizer.step(closure)
     return tuple(param.detach() for param in params)
 
 

@@ -12,7 +12,7 @@ from test_convert import save_images
 from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
 from hf_norms import healing
-from hf_norms.calibration import fit_dyt, load_examples
+from hf_norms.calibration import dyt_fit_loss_and_gradients, fit_dyt, load_examples
 from hf_norms.checkpoint_io import ConversionError
 from hf_norms.convert import convert
 from hf_norms.fidelity import REPORT_JSON, REPORT_MD
@@ -174,3 +174,19 @@ def test_heal_refuses_a_folder_without_report(tmp_path, capsys):
     assert "conversion_report.json" in capsys.readouterr().err
     with pytest.raises(ConversionError, match=r"conversion_report\.json"):
         healing.heal(tmp_path, ["text"])
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_dyt_fit_gradients_match_autograd(per_channel):
+    torch.manual_seed(0)
+    x, y = torch.randn(300, 16) * 3, torch.randn(300, 16)
+    log_alpha = torch.randn(16 if per_channel else 1) * 0.3 - 1
+    weight, bias = torch.randn(16), torch.randn(16)
+    loss, gradients = dyt_fit_loss_and_gradients(x, y, log_alpha, weight, bias)
+    params = [t.clone().double().requires_grad_(True) for t in (log_alpha, weight, bias)]
+    reference = (params[1] * torch.tanh(params[0].exp() * x.double()) + params[2] - y.double()).pow(2).mean()
+    reference = reference / y.double().pow(2).mean()
+    reference.backward()
+    torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-7)
+    for gradient, param in zip(gradients, params, strict=True):
+        torch.testing.assert_close(gradient.double(), param.grad, rtol=1e-4, atol=1e-6)
