@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="a tiny ViT, one round, exact types only")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=["minilm", "dinov2"], choices=["minilm", "dinov2"])
+    parser.add_argument("--norm-types", nargs="+", default=["dyt", *EXACT_TYPES], choices=["dyt", *EXACT_TYPES])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             sources = {"minilm": packaged.minilm_path, "dinov2": packaged.dinov2_small_vit_path}
             rows = []
             for name in args.models:
-                rows += measure(name, sources[name](), work, args.rounds, ("dyt", *EXACT_TYPES))
+                rows += measure(name, sources[name](), work, args.rounds, tuple(args.norm_types))
     print(markdown_table(HEADER, rows))
 
 

@@ -237,7 +237,10 @@ def capture_norm_io(model: nn.Module, name: str, batch: dict, output: bool) -> t
 
 
 def norms_in_forward_order(model: nn.Module, batch: dict) -> list[str]:
-    """Names of the `nn.LayerNorm` modules of `model` (excluding LaPE's position norms) in the order `batch` calls them."""
+    """Names of the `nn.LayerNorm` modules of `model` (excluding LaPE's position norms) in the order `batch` calls them.
+
+    The order does not depend on the examples, so one forward pass of the batch's first example finds it."""
+    batch = {key: value[:1] for key, value in batch.items()}
     order: list[str] = []
     handles = [
         module.register_forward_hook(lambda _m, _a, _o, name=name: order.append(name))

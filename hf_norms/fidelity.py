@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +35,16 @@ STAGE_ORDER = ("naive", "calibrated", "healed", "exact")
 LOGIT_FIELDS = ("logits", "prediction_logits", "start_logits")
 
 
-def forward_with_norms(model: nn.Module, batch: dict, norm_names: Sequence[str]) -> dict[str, Any]:
+def forward_with_norms(
+    model: nn.Module, batch: dict, norm_names: Sequence[str], on_norm: Callable[[str, torch.Tensor], None] | None = None
+) -> dict[str, Any]:
     """One forward pass; returns `final` (`[batch, seq_len, hidden]`, the base model's last hidden state), `logits`
-    (or None) and `norms` (`{name: [batch, seq_len, hidden]}`, each named module's output)."""
+    (or None) and `norms` (`{name: [batch, seq_len, hidden]}`, each named module's output). With `on_norm`, each norm's
+    output goes to `on_norm(name, output)` as it is computed instead, and `norms` stays empty."""
     captured: dict[str, torch.Tensor] = {}
+    keep = on_norm or captured.__setitem__
     handles = [
-        model.get_submodule(name).register_forward_hook(
-            lambda _m, _a, output, name=name: captured.__setitem__(name, output)
-        )
+        model.get_submodule(name).register_forward_hook(lambda _m, _a, output, name=name: keep(name, output))
         for name in norm_names
     ]
     base = {}
@@ -91,9 +93,17 @@ def measure_fidelity(
     try:
         for batch in batches:
             mask = real_token_mask(batch)
-            ours = forward_with_norms(student, batch, norm_names)
-            theirs = forward_with_norms(teacher, batch, norm_names)
             select = _real_tokens(mask)
+            theirs = forward_with_norms(teacher, batch, norm_names)
+
+            def compare(name: str, output: torch.Tensor, theirs: dict = theirs, select: Callable = select) -> None:
+                """Each student norm output is compared as it is computed (and the teacher's then dropped), so the
+                two models' norm outputs are never all held at once."""
+                reference = select(theirs["norms"].pop(name)).double()
+                squared_error[name] += (select(output).double() - reference).pow(2).sum().item()
+                squared_norm[name] += reference.pow(2).sum().item()
+
+            ours = forward_with_norms(student, batch, norm_names, on_norm=compare)
             max_abs = max(max_abs, (select(ours["final"]) - select(theirs["final"])).abs().max().item())
             cosines.append(F.cosine_similarity(pooled(ours["final"], mask), pooled(theirs["final"], mask), dim=-1))
             if ours["logits"] is None or theirs["logits"] is None:
@@ -106,10 +116,6 @@ def measure_fidelity(
                 log_p, log_q = teacher_rows.log_softmax(-1), student_rows.log_softmax(-1)
                 kl += (log_p.exp() * (log_p - log_q)).sum(-1).sum().item()
                 rows += teacher_rows.shape[0]
-            for name in norm_names:
-                difference = select(ours["norms"][name]).double() - select(theirs["norms"][name]).double()
-                squared_error[name] += difference.pow(2).sum().item()
-                squared_norm[name] += select(theirs["norms"][name]).double().pow(2).sum().item()
     finally:
         student.train(student_training), teacher.train(teacher_training)
     end_to_end = {
