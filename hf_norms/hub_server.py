@@ -6,7 +6,8 @@ and read them back, so uploads and `from_pretrained("org/name")` can be exercise
 - write: `POST /api/repos/create`, `POST /api/validate-yaml`, `POST /api/{type}s/{id}/preupload/{rev}`,
   `POST /api/{type}s/{id}/commit/{rev}` (ndjson), `POST /api/{type}s/{id}/branch/{branch}`,
   `POST /api/{type}s/{id}/tag/{rev}`;
-- read: `GET /api/whoami-v2`, `GET /api/{type}s/{id}[/revision/{rev}]`, `GET /api/{type}s/{id}/tree/{rev}[/{path}]`,
+- read: `GET /api/whoami-v2`, `GET /api/agent-harnesses` (an empty registry),
+  `GET /api/{type}s/{id}[/revision/{rev}]`, `GET /api/{type}s/{id}/tree/{rev}[/{path}]`,
   `POST /api/{type}s/{id}/paths-info/{rev}`, `GET /api/{type}s/{id}/refs`, `GET /api/{type}s/{id}/commits/{rev}`,
   `HEAD`/`GET /[{type}s/]{id}/resolve/{rev}/{path}`.
 
@@ -373,6 +374,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (method, re.compile(pattern), handler)
     for method, pattern, handler in [
         ("GET", r"/api/whoami-v2", "whoami"),
+        ("GET", r"/api/agent-harnesses", "agent_harnesses"),
         ("POST", r"/api/repos/create", "create_repo"),
         ("POST", r"/api/validate-yaml", "validate_yaml"),
         ("GET", _REPO_API, "repo_info"),
@@ -556,6 +558,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json({"error": f"You already created this {repo_type} repo", "url": url}, 409)
             return
         self._send_json({"url": url, "name": repo.id, "id": repo.id}, 200)
+
+    def _api_agent_harnesses(self) -> None:
+        """huggingface_hub fetches this registry once a day to tag requests; a local hub has no harnesses to list."""
+        self._send_json({"standardEnvVars": [], "harnesses": {}})
 
     def _api_validate_yaml(self) -> None:
         self._send_json({"errors": [], "warnings": []})

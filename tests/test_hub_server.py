@@ -270,3 +270,10 @@ def test_standalone_command(tmp_path: Path) -> None:
                 assert json.load(response)["name"] == "hf-norms-tester"
         finally:
             process.terminate()
+
+
+def test_agent_harness_registry_is_empty_and_logs_nothing(hub: HubServer, caplog: pytest.LogCaptureFixture) -> None:
+    """huggingface_hub asks every endpoint for this registry; an unknown route would log a warning in the demo."""
+    with caplog.at_level("WARNING"), urllib.request.urlopen(f"{hub.url}/api/agent-harnesses", timeout=10) as response:
+        assert json.load(response) == {"standardEnvVars": [], "harnesses": {}}
+    assert "no endpoint" not in caplog.text
