@@ -21,6 +21,27 @@ IMAGE_SIZE, PATCH_SIZE, BATCH, SEQ_LEN, VOCAB = 32, 8, 2, 9, 101
 NUM_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, tiny models train several times faster than with two.
+    Modules that train tiny models opt in with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def hub_online():
+    """The suite runs offline (above); modules that talk to a loopback Hub on 127.0.0.1 opt in to going online with
+    `pytestmark = pytest.mark.usefixtures("hub_online")`."""
+    import huggingface_hub
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        yield
+
+
 def tiny_config(family: str, norm_type: str, **overrides):
     """A 2-layer, 48-wide model of `family` ("vit", "deit", "bert") with `norm_type` norms and no dropout."""
     common = dict(

@@ -34,12 +34,7 @@ TINY_SEPNORM_VIT = ModelArguments(
 DATA = DataArguments(dataset="packaged:fashion-mnist", max_train_samples=96, max_eval_samples=32)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def training_args(output_dir, per_device_batch: int) -> TrainingArguments:

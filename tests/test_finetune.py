@@ -43,13 +43,7 @@ TINY_BERT = "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermedia
 NO_DROPOUT = ",hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, tiny models train several times faster than with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:

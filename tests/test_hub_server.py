@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import huggingface_hub
 import pytest
 import torch
 from huggingface_hub import HfApi, hf_hub_download
@@ -31,16 +30,11 @@ from hf_norms.hub_server import HubServer
 TOKEN = "test-token"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _online() -> Iterator[None]:
-    """conftest.py puts the suite offline; these tests talk to 127.0.0.1 only."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-        yield
+pytestmark = pytest.mark.usefixtures("hub_online")
 
 
 @pytest.fixture(scope="module")
-def hub(_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+def hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
     with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
         yield server
 

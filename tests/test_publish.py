@@ -15,7 +15,6 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
-import huggingface_hub.constants
 import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard, hf_hub_download
@@ -42,16 +41,11 @@ TOKEN = "hf_publish-test-secret-4711"
 IMAGE_SIZE = 32
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _online() -> Iterator[None]:
-    """conftest.py puts the suite offline; these tests talk to 127.0.0.1 only."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-        yield
+pytestmark = pytest.mark.usefixtures("hub_online")
 
 
 @pytest.fixture(scope="module")
-def hub(_online, tmp_path_factory) -> Iterator[HubServer]:
+def hub(hub_online, tmp_path_factory) -> Iterator[HubServer]:
     with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
         yield server
 
