@@ -197,31 +197,57 @@ class DynamicTokenNorm(nn.Module):
                 self.var_gate.clamp_(0, 1)
         return self.mean_gate.clamp(0, 1), self.var_gate.clamp(0, 1)
 
-    def mix_tokens(self, stacked: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
-        """`P_h @ values` for `stacked` values of shape `[H, B, cols, rows, K, D]`, without forming the `[H, M, M]`
-        matrix `P_h`; returns the same shape.
+    @staticmethod
+    def source_mask(layout: TokenLayout) -> torch.Tensor | None:
+        """`[B, cols]` bool mask of the grid tokens that may be mixed (False: padding), or None when all may be."""
+        if layout.padding_mask is None:
+            return None
+        if layout.grid_size[0] != 1:
+            raise ValueError("DTN takes a padding mask only for one-row layouts (text); images have no padding.")
+        mask = layout.padding_mask[:, layout.num_prefix_tokens :].bool()
+        return None if bool(mask.all()) else mask
+
+    @staticmethod
+    def stack_values(grid: torch.Tensor, columns_first: bool) -> torch.Tensor:
+        """`x_h` and `x_h * x_h` side by side, `[H, B, cols, rows, 2, D]`, for one mixing of both; `grid` is
+        `[H, B, cols, rows, D]`. With `columns_first` the memory is ordered `[H, cols, B, rows, 2, D]` (a transposed
+        view is returned), so `mix_tokens` mixes columns with one `[cols, cols]` product per head."""
+        if torch.is_grad_enabled():
+            order = grid.transpose(1, 2) if columns_first else grid
+            stacked = torch.stack((order, order * order), dim=-2)
+            return stacked.transpose(1, 2) if columns_first else stacked
+        heads, batch, cols, rows, depth = grid.shape
+        if columns_first:
+            stacked = grid.new_empty(heads, cols, batch, rows, 2, depth).transpose(1, 2)
+        else:
+            stacked = grid.new_empty(heads, batch, cols, rows, 2, depth)
+        stacked[..., 0, :] = grid
+        torch.mul(stacked[..., 0, :], stacked[..., 0, :], out=stacked[..., 1, :])
+        return stacked
+
+    def mix_tokens(self, stacked: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
+        """`P_h @ values` for `stacked` values of shape `[H, B, cols, rows, K, D]` (from `stack_values`), without
+        forming the `[H, M, M]` matrix `P_h`; returns the same shape.
 
         The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
         `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so the softmax over
         the grid is the product of a softmax over columns and one over rows: `P_h = P_rows (x) P_cols`. Mixing along
-        columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel. Columns come before rows in
-        the layout, so each mixing is a batched `[n, n] @ [n, many]` product (twice as fast as `[many, n] @ [n, n]` on
-        CPU). Padding (`layout.padding_mask`) is supported on one-row layouts (text), where it removes source columns.
+        columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel. Without padding, columns are
+        mixed by one `[cols, cols] @ [cols, B * rows * K * D]` product per head (memory ordered columns first); with
+        `source_mask` (`[B, cols]`, one-row layouts: text), each example has its own `[cols, cols]` matrix.
         """
         heads, batch, cols, rows = stacked.shape[:4]
         weight = self.pos_proj.weight  # [H, 3]: coefficients of dx, dy, dx^2 + dy^2
-        source_mask = None
-        if layout.padding_mask is not None:
-            if rows != 1:
-                raise ValueError("DTN takes a padding mask only for one-row layouts (text); images have no padding.")
-            source_mask = layout.padding_mask[:, layout.num_prefix_tokens :].bool()  # [B, cols]
         column_mixing = axis_mixing(cols, weight[:, 0], weight[:, 2], source_mask).to(stacked.dtype)
-        column_mixing = column_mixing[:, None] if source_mask is None else column_mixing.transpose(0, 1)
-        mixed = column_mixing @ stacked.reshape(heads, batch, cols, -1)  # [H, 1 or B, cols, cols] @ [H, B, cols, .]
+        if source_mask is not None:  # [H, B, cols, cols] @ [H, B, cols, K * D]
+            values = stacked.reshape(heads, batch, cols, -1)
+            return (column_mixing.transpose(0, 1) @ values).view(stacked.shape)
+        columns_first = stacked.transpose(1, 2)  # [H, cols, B, rows, K, D]
+        mixed = column_mixing @ columns_first.reshape(heads, cols, -1)  # [H, cols, cols] @ [H, cols, B * rows * K * D]
         if rows > 1:
             row_mixing = axis_mixing(rows, weight[:, 1], weight[:, 2], None).to(stacked.dtype)  # [H, rows, rows]
-            mixed = row_mixing[:, None] @ mixed.view(heads, batch * cols, rows, -1)
-        return mixed.view(stacked.shape)
+            mixed = row_mixing[:, None] @ mixed.view(heads, cols * batch, rows, -1)
+        return mixed.view(columns_first.shape).transpose(1, 2)
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """The formula of the class docstring, per head and grid token, in the layout `[H, B, cols, rows, D]`.
@@ -264,13 +290,9 @@ class DynamicTokenNorm(nn.Module):
             return parameter.view(heads, 1, 1, 1, depth)
 
         grid = grid_view(hidden_states)
-        if in_place:  # x_h and x_h * x_h side by side: one mixing for both
-            stacked = grid.new_empty(heads, batch, cols, rows, 2, depth)
-            stacked[..., 0, :] = grid
-            torch.mul(stacked[..., 0, :], stacked[..., 0, :], out=stacked[..., 1, :])
-        else:
-            stacked = torch.stack((grid, grid * grid), dim=-2)
-        mixed = self.mix_tokens(stacked, layout)
+        source_mask = self.source_mask(layout)
+        stacked = self.stack_values(grid, columns_first=source_mask is None)
+        mixed = self.mix_tokens(stacked, source_mask)
         mean_inter, square_inter = mixed[..., 0, :], mixed[..., 1, :]  # P_h @ x_h, P_h @ (x_h * x_h)
         if in_place:  # the formula as written
             var_eps = square_inter.addcmul_(mean_inter, mean_inter, value=-1).clamp_min_(0).add_(self.eps)

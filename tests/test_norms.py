@@ -66,14 +66,15 @@ def random_dtn(hidden=24, heads=3) -> DynamicTokenNorm:
     return layer
 
 
-DTN_CASES = [((3, 4), False), ((1, 12), False), ((1, 12), True)]
+# (grid, padding mask): none; all ones (mixed like no mask, one matrix per head); padding (one matrix per example)
+DTN_CASES = [((3, 4), None), ((1, 12), None), ((1, 12), "all real"), ((1, 12), "padded")]
 
 
-def dtn_case(grid: tuple[int, int], padding: bool) -> tuple[torch.Tensor, TokenLayout, torch.Tensor]:
+def dtn_case(grid: tuple[int, int], padding: str | None) -> tuple[torch.Tensor, TokenLayout, torch.Tensor]:
     """Input `[2, 13, 24]`, its layout (one prefix token), and the `[2, 13]` bool mask of real tokens."""
     x = torch.randn(2, 1 + 12, 24) * 3 + 1
     mask = torch.ones(2, 13, dtype=torch.long)
-    if padding:
+    if padding == "padded":
         mask[1, -4:] = 0
     return x, TokenLayout(1, grid, mask if padding else None), mask.bool()
 
@@ -109,7 +110,7 @@ def test_dtn_gradients_match_the_paper_formula(grid, padding):
 
 def test_dtn_in_bfloat16_is_close_to_float32():
     layer = random_dtn()
-    x, layout, _ = dtn_case((3, 4), False)
+    x, layout, _ = dtn_case((3, 4), None)
     with torch.no_grad():
         expected = layer(x, layout)
         out = layer.to(torch.bfloat16)(x.to(torch.bfloat16), layout)
