@@ -131,6 +131,149 @@ def axis_mixing(
     return logits.softmax(dim=-1)
 
 
+@dataclass(frozen=True)
+class TokenGrid:
+    """Views between DTN's `[B, N, C]` activations and its per-head grid layout `[H, B, cols, rows, D]`."""
+
+    num_prefix_tokens: int
+    grid_size: tuple[int, int]  # (rows, cols)
+    num_heads: int
+    shape: torch.Size  # [B, N, C]
+
+    @property
+    def normalized_shape(self) -> tuple[int]:
+        return (self.shape[-1],)
+
+    def view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`[B, N, C]` -> the grid tokens as `[H, B, cols, rows, D]` (a view)."""
+        batch, _, hidden = self.shape
+        rows, cols = self.grid_size
+        grid = tensor[:, self.num_prefix_tokens :].reshape(batch, rows, cols, self.num_heads, hidden // self.num_heads)
+        return grid.permute(3, 0, 2, 1, 4)
+
+    def per_token(self, statistic: torch.Tensor) -> torch.Tensor:
+        """`[B, N, 1]` -> `[1, B, cols, rows, 1]`."""
+        rows, cols = self.grid_size
+        return statistic[:, self.num_prefix_tokens :].view(1, self.shape[0], rows, cols, 1).transpose(2, 3)
+
+    def per_head(self, gate: torch.Tensor) -> torch.Tensor:
+        """`[H]` -> `[H, 1, 1, 1, 1]`."""
+        return gate.view(self.num_heads, 1, 1, 1, 1)
+
+    def per_channel(self, parameter: torch.Tensor) -> torch.Tensor:
+        """`[C]` -> `[H, 1, 1, 1, D]`."""
+        return parameter.view(self.num_heads, 1, 1, 1, -1)
+
+
+def gates_are_one(mean_gate: torch.Tensor, var_gate: torch.Tensor) -> bool:
+    return bool((mean_gate == 1).all() and (var_gate == 1).all())
+
+
+def token_norm(
+    hidden_states: torch.Tensor,
+    layer_norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    mixed: torch.Tensor,
+    mean_gate: torch.Tensor,
+    var_gate: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+    grid: TokenGrid,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    """DTN's output `[B, N, C]` from `native_layer_norm`'s `(output, mean, rstd)` of the input and the mixed values
+    `mixed = [P_h @ x_h, P_h @ (x_h * x_h)]` (`[H, B, cols, rows, 2, D]`), by the formula of `DynamicTokenNorm`.
+
+    Without autograd `mixed` and LayerNorm's output are overwritten (and returned as the output) and nothing is kept;
+    with autograd, the tensors the backward needs are returned: `(inter, inv_std, normalized, not_clamped)`, with
+    `inter = max(P_h @ x^2 - (P_h @ x)^2, 0) + eps`, `inv_std = 1 / sqrt(var_h + eps)`, `normalized = (x - mu_h) *
+    inv_std` and `not_clamped = P_h @ x^2 - (P_h @ x)^2 >= 0`.
+    """
+    keep = torch.is_grad_enabled() or mixed.requires_grad
+    out, mean_ln, inv_std_ln = layer_norm
+    mean_ln, var_eps_ln = grid.per_token(mean_ln), grid.per_token(inv_std_ln.pow(-2))  # var_ln + eps
+    mean_inter, square_inter = mixed[..., 0, :], mixed[..., 1, :]  # P_h @ x_h, P_h @ (x_h * x_h)
+    mean_gate, var_gate = grid.per_head(mean_gate), grid.per_head(var_gate)
+    if keep:
+        variance = torch.addcmul(square_inter, mean_inter, mean_inter, value=-1)
+        not_clamped = variance >= 0
+        inter = variance.clamp_min_(0).add_(eps)
+        inv_std = torch.lerp(inter, var_eps_ln, var_gate).rsqrt_()
+        mean = torch.lerp(mean_inter, mean_ln, mean_gate)
+    else:
+        inter = square_inter.addcmul_(mean_inter, mean_inter, value=-1).clamp_min_(0).add_(eps)
+        inv_std = inter.lerp_(var_eps_ln, var_gate).rsqrt_()
+        mean = mean_inter.lerp_(mean_ln, mean_gate)
+    normalized = torch.sub(grid.view(hidden_states), mean, out=mean).mul_(inv_std)
+    if not gates_are_one(mean_gate, var_gate):
+        scaled = normalized * grid.per_channel(weight) if keep else normalized.mul_(grid.per_channel(weight))
+        grid.view(out).copy_(scaled.add_(grid.per_channel(bias)))
+    return out, ((inter, inv_std, normalized, not_clamped) if keep else None)
+
+
+class TokenNormFunction(torch.autograd.Function):
+    """`token_norm` with a written-out backward: autograd's took four times as long through some 40 elementwise steps.
+
+    Inputs: `hidden_states` `[B, N, C]`, `mixed` `[H, B, cols, rows, 2, D]`, the gates `[H]`, `weight`, `bias` `[C]`,
+    `eps` and the `TokenGrid`. The gradient of `mixed` continues through the token mixing under autograd.
+
+    Backward, per element of the grid (sums over the broadcast dimensions), with `g = dy * weight`, `r = inv_std`,
+    `n = normalized`:
+        dx += g r                                  (through x - mu_h)
+        dvar_h = -g n r^2 / 2,   dmu_h = -g r
+        dl_mu = sum dmu_h (mu_ln - P x),           dl_var = sum dvar_h (var_ln + eps - inter)
+        d(P x) = (1 - l_mu) dmu_h - 2 (P x) dv,    d(P x^2) = dv,  with dv = (1 - l_var) dvar_h [not clamped]
+        dx_token += (sum_h,d l_mu dmu_h) / C + (sum_h,d l_var dvar_h) * 2 (x - mu_ln) / C   (LayerNorm statistics)
+    Prefix tokens take LayerNorm's own backward.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden_states, mixed, mean_gate, var_gate, weight, bias, eps, grid):
+        layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, weight, bias, eps)
+        out, saved = token_norm(hidden_states, layer_norm, mixed, mean_gate, var_gate, weight, bias, eps, grid)
+        ctx.grid = grid
+        ctx.save_for_backward(hidden_states, *layer_norm[1:], mixed, mean_gate, var_gate, weight, bias, *saved)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, mean_ln, inv_std_ln, mixed, mean_gate, var_gate, weight, bias, inter, inv_std, normalized, not_clamped = (
+            ctx.saved_tensors
+        )
+        grid: TokenGrid = ctx.grid
+        grad_output = grad_output.contiguous()
+        grad_grid = grid.view(grad_output)
+        grad_weight = (grad_grid * normalized).sum((1, 2, 3)).reshape(-1)
+        grad_bias = grad_grid.sum((1, 2, 3)).reshape(-1)
+        grad_x = torch.empty_like(x)
+        prefix = grid.num_prefix_tokens
+        if prefix:
+            grad_prefix, grad_weight_prefix, grad_bias_prefix = torch.ops.aten.native_layer_norm_backward(
+                *(t[:, :prefix].contiguous() for t in (grad_output, x)), grid.normalized_shape,
+                *(t[:, :prefix].contiguous() for t in (mean_ln, inv_std_ln)), weight, bias, [True, True, True],
+            )  # fmt: skip
+            grad_x[:, :prefix] = grad_prefix
+            grad_weight += grad_weight_prefix
+            grad_bias += grad_bias_prefix
+        mean_token, var_eps_token = grid.per_token(mean_ln), grid.per_token(inv_std_ln.pow(-2))
+        mean_inter = mixed[..., 0, :]
+        grad_normalized = grad_grid * grid.per_channel(weight)
+        grad_centred = grad_normalized * inv_std  # d/dx through x - mu_h; d/dmu_h is its negative
+        grad_var = grad_normalized.mul_(normalized).mul_(inv_std).mul_(inv_std).mul_(-0.5)  # d/dvar_h
+        grad_mean_gate = (grad_centred * (mean_inter - mean_token)).sum((1, 2, 3, 4))
+        grad_var_gate = (grad_var * (var_eps_token - inter)).sum((1, 2, 3, 4))
+        mean_gate, var_gate = grid.per_head(mean_gate), grid.per_head(var_gate)
+        grad_mean_token = -(grad_centred.sum(4, keepdim=True) * mean_gate).sum(0, keepdim=True)
+        grad_var_token = (grad_var.sum(4, keepdim=True) * var_gate).sum(0, keepdim=True)
+        grad_variance = grad_var.mul_(1 - var_gate).mul_(not_clamped)
+        grad_mixed = torch.empty_like(mixed)
+        torch.mul(grad_centred, mean_gate - 1, out=grad_mixed[..., 0, :]).addcmul_(mean_inter, grad_variance, value=-2)
+        grad_mixed[..., 1, :] = grad_variance
+        channels = x.shape[-1]
+        grad_token_x = torch.sub(grid.view(x), mean_token).mul_(grad_var_token * (2 / channels))
+        grid.view(grad_x).copy_(grad_token_x.add_(grad_centred).add_(grad_mean_token / channels))
+        return grad_x, grad_mixed, grad_mean_gate, grad_var_gate, grad_weight, grad_bias, None, None
+
+
 class DynamicTokenNorm(nn.Module):
     """Dynamic Token Normalization (DTN), Shao et al., ICLR 2022 (arXiv 2112.02624), in the paper's exact form.
 
@@ -252,69 +395,33 @@ class DynamicTokenNorm(nn.Module):
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """The formula of the class docstring, per head and grid token, in the layout `[H, B, cols, rows, D]`.
 
-        Prefix tokens keep LayerNorm's output. The token statistics come with LayerNorm's (`native_layer_norm` returns
-        them at no extra pass without autograd). Without autograd the work runs in place in two buffers, and gates at
-        exactly 1 return LayerNorm's output itself: the inter-token terms they would multiply by 0 are skipped, so an
-        exactly converted model is bit-identical to the original.
+        Prefix tokens keep LayerNorm's output, and the token statistics come with it (`native_layer_norm`). Gates at
+        exactly 1 keep LayerNorm's output for every token, so an exactly converted model is bit-identical to the
+        original; without autograd the inter-token work is then skipped, and otherwise it runs in place in two
+        buffers. With autograd, `TokenNormFunction` gives the written-out backward.
         """
         if layout is None:
             raise ValueError("DynamicTokenNorm needs a TokenLayout (prefix tokens, grid size, padding mask).")
         layout.check_sequence(hidden_states)
-        batch, _, hidden = hidden_states.shape
-        prefix, (rows, cols) = layout.num_prefix_tokens, layout.grid_size
-        heads, depth = self.num_heads, hidden // self.num_heads
+        grid = TokenGrid(layout.num_prefix_tokens, layout.grid_size, self.num_heads, hidden_states.shape)
         mean_gate, var_gate = self.gates()
-        in_place = not torch.is_grad_enabled()
-        if in_place:
-            out, mean_ln, inv_std_ln = torch.native_layer_norm(
-                hidden_states, (hidden,), self.weight, self.bias, self.eps
-            )
-            if bool((mean_gate == 1).all() and (var_gate == 1).all()):
-                return out
-            var_eps_ln = inv_std_ln.pow(-2)  # var_ln + eps, [B, N, 1]
-        else:
-            out = F.layer_norm(hidden_states, (hidden,), self.weight, self.bias, self.eps)
-            var_ln, mean_ln = torch.var_mean(hidden_states, dim=-1, keepdim=True, correction=0)
-            var_eps_ln = var_ln + self.eps
-
-        def grid_view(tensor: torch.Tensor) -> torch.Tensor:  # [B, N, C] -> [H, B, cols, rows, D]
-            return tensor[:, prefix:].reshape(batch, rows, cols, heads, depth).permute(3, 0, 2, 1, 4)
-
-        def per_token(statistic: torch.Tensor) -> torch.Tensor:  # [B, N, 1] -> [1, B, cols, rows, 1]
-            return statistic[:, prefix:].view(1, batch, rows, cols, 1).transpose(2, 3)
-
-        def per_head(gate: torch.Tensor) -> torch.Tensor:  # [H] -> [H, 1, 1, 1, 1]
-            return gate.view(heads, 1, 1, 1, 1)
-
-        def per_channel(parameter: torch.Tensor) -> torch.Tensor:  # [C] -> [H, 1, 1, 1, D]
-            return parameter.view(heads, 1, 1, 1, depth)
-
-        grid = grid_view(hidden_states)
         source_mask = self.source_mask(layout)
-        stacked = self.stack_values(grid, columns_first=source_mask is None)
+        if torch.is_grad_enabled():
+            stacked = self.stack_values(grid.view(hidden_states), columns_first=source_mask is None)
+            mixed = self.mix_tokens(stacked, source_mask)
+            return TokenNormFunction.apply(
+                hidden_states, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
+            )
+        layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, self.weight, self.bias, self.eps)
+        if gates_are_one(mean_gate, var_gate):
+            return layer_norm[0]
+        stacked = self.stack_values(grid.view(hidden_states), columns_first=source_mask is None)
         mixed = self.mix_tokens(stacked, source_mask)
-        mean_inter, square_inter = mixed[..., 0, :], mixed[..., 1, :]  # P_h @ x_h, P_h @ (x_h * x_h)
-        if in_place:  # the formula as written
-            var_eps = square_inter.addcmul_(mean_inter, mean_inter, value=-1).clamp_min_(0).add_(self.eps)
-            inv_std = var_eps.lerp_(per_token(var_eps_ln), per_head(var_gate)).rsqrt_()
-            mean = mean_inter.lerp_(per_token(mean_ln), per_head(mean_gate))
-            normalized = stacked[..., 0, :].sub_(mean).mul_(inv_std)
-            grid_view(out).copy_(normalized.mul_(per_channel(self.weight)).add_(per_channel(self.bias)))
-            return out
-        # With autograd: LayerNorm's output plus a correction that is exactly 0 with gates at 1 (so training from an
-        # exact conversion starts bit-identical too, while the gates still get their gradient), by exact algebra:
-        # y = layer_norm(x) + weight * (x_ln * (sqrt((var_ln + eps) / (var_h + eps)) - 1) - (1 - l_mu) * (P_h @ x_h
-        # - mu_ln) / sqrt(var_h + eps)), with x_ln = (x - mu_ln) / sqrt(var_ln + eps).
-        var_eps = torch.lerp(
-            torch.addcmul(square_inter, mean_inter, mean_inter, value=-1).clamp_min(0) + self.eps,
-            per_token(var_eps_ln),
-            per_head(var_gate),
+        del stacked
+        out, _ = token_norm(
+            hidden_states, layer_norm, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
         )
-        normalized_ln = (grid - per_token(mean_ln)) * per_token(var_eps_ln).rsqrt()
-        scale = torch.sqrt(per_token(var_eps_ln) / var_eps) - 1
-        shift = (1 - per_head(mean_gate)) * (mean_inter - per_token(mean_ln)) * var_eps.rsqrt()
-        grid_view(out).add_((normalized_ln * scale - shift) * per_channel(self.weight))  # layer_norm's backward
-        return out  # does not need its output, so it can be updated in place
+        return out
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, num_heads={self.num_heads}, eps={self.eps}, gate_init={self.gate_init}"

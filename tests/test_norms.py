@@ -108,6 +108,20 @@ def test_dtn_gradients_match_the_paper_formula(grid, padding):
     assert {"mean_gate", "var_gate", "pos_proj.weight", "weight", "bias"} <= set(fast)
 
 
+@pytest.mark.parametrize(("grid", "padding"), DTN_CASES)
+def test_dtn_written_out_backward_passes_gradcheck(grid, padding):
+    """`TokenNormFunction`'s backward against finite differences in float64, for the input and every parameter."""
+    layer = random_dtn().double().eval()  # eval: no in-place projection of the gates, which gradcheck would see
+    x, layout, _ = dtn_case(grid, padding)
+    names = [name for name, _ in layer.named_parameters()]
+
+    def run(x, *params):
+        return torch.func.functional_call(layer, dict(zip(names, params, strict=True)), (x, layout))
+
+    params = [param.detach().clone().requires_grad_() for param in layer.parameters()]
+    assert torch.autograd.gradcheck(run, (x.double().requires_grad_(), *params), eps=1e-6, atol=1e-5)
+
+
 def test_dtn_in_bfloat16_is_close_to_float32():
     layer = random_dtn()
     x, layout, _ = dtn_case((3, 4), None)
