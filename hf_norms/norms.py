@@ -170,8 +170,8 @@ def gates_are_one(mean_gate: torch.Tensor, var_gate: torch.Tensor) -> bool:
 
 
 def token_norm(
-    hidden_states: torch.Tensor,
     layer_norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    stacked: torch.Tensor,
     mixed: torch.Tensor,
     mean_gate: torch.Tensor,
     var_gate: torch.Tensor,
@@ -180,8 +180,9 @@ def token_norm(
     eps: float,
     grid: TokenGrid,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
-    """DTN's output `[B, N, C]` from `native_layer_norm`'s `(output, mean, rstd)` of the input and the mixed values
-    `mixed = [P_h @ x_h, P_h @ (x_h * x_h)]` (`[H, B, cols, rows, 2, D]`), by the formula of `DynamicTokenNorm`.
+    """DTN's output `[B, N, C]` from `native_layer_norm`'s `(output, mean, rstd)` of the input, the values
+    `stacked = [x_h, x_h * x_h]` and their mixing `mixed = [P_h @ x_h, P_h @ (x_h * x_h)]` (both `[H, B, cols, rows,
+    2, D]`, in the same memory order), by the formula of `DynamicTokenNorm`.
 
     Without autograd `mixed` and LayerNorm's output are overwritten (and returned as the output) and nothing is kept;
     with autograd, the tensors the backward needs are returned: `(inter, inv_std, normalized, not_clamped)`, with
@@ -203,10 +204,9 @@ def token_norm(
         inter = square_inter.addcmul_(mean_inter, mean_inter, value=-1).clamp_min_(0).add_(eps)
         inv_std = inter.lerp_(var_eps_ln, var_gate).rsqrt_()
         mean = mean_inter.lerp_(mean_ln, mean_gate)
-    normalized = torch.sub(grid.view(hidden_states), mean, out=mean).mul_(inv_std)
+    normalized = torch.sub(stacked[..., 0, :], mean, out=mean).mul_(inv_std)
     if not gates_are_one(mean_gate, var_gate):
-        scaled = normalized * grid.per_channel(weight) if keep else normalized.mul_(grid.per_channel(weight))
-        grid.view(out).copy_(scaled.add_(grid.per_channel(bias)))
+        torch.addcmul(grid.per_channel(bias), normalized, grid.per_channel(weight), out=grid.view(out))
     return out, ((inter, inv_std, normalized, not_clamped) if keep else None)
 
 
@@ -227,22 +227,24 @@ class TokenNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden_states, mixed, mean_gate, var_gate, weight, bias, eps, grid):
+    def forward(ctx, hidden_states, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid):
         layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, weight, bias, eps)
-        out, saved = token_norm(hidden_states, layer_norm, mixed, mean_gate, var_gate, weight, bias, eps, grid)
+        out, saved = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid)
         ctx.grid = grid
-        ctx.save_for_backward(hidden_states, *layer_norm[1:], mixed, mean_gate, var_gate, weight, bias, *saved)
+        ctx.save_for_backward(hidden_states, *layer_norm[1:], stacked, mixed, mean_gate, var_gate, weight, bias, *saved)
         return out
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, mean_ln, inv_std_ln, mixed, mean_gate, var_gate, weight, bias, inter, inv_std, normalized, not_clamped = (
-            ctx.saved_tensors
-        )
+        x, mean_ln, inv_std_ln, stacked, mixed, mean_gate, var_gate, weight, bias, *saved = ctx.saved_tensors
+        inter, inv_std, normalized, not_clamped = saved
         grid: TokenGrid = ctx.grid
         grad_output = grad_output.contiguous()
-        grad_grid = grid.view(grad_output)
-        grad_weight = (grad_grid * normalized).sum((1, 2, 3)).reshape(-1)
+        # Fresh large buffers cost page faults on CPU: the temporaries share one `scratch` buffer, and everything is
+        # computed in the memory order of the saved tensors.
+        grad_grid = torch.empty_like(normalized).copy_(grid.view(grad_output))
+        scratch = torch.empty_like(normalized)
+        grad_weight = torch.mul(grad_grid, normalized, out=scratch).sum((1, 2, 3)).reshape(-1)
         grad_bias = grad_grid.sum((1, 2, 3)).reshape(-1)
         grad_x = torch.empty_like(x)
         prefix = grid.num_prefix_tokens
@@ -256,11 +258,11 @@ class TokenNormFunction(torch.autograd.Function):
             grad_bias += grad_bias_prefix
         mean_token, var_eps_token = grid.per_token(mean_ln), grid.per_token(inv_std_ln.pow(-2))
         mean_inter = mixed[..., 0, :]
-        grad_normalized = grad_grid * grid.per_channel(weight)
+        grad_normalized = grad_grid.mul_(grid.per_channel(weight))
         grad_centred = grad_normalized * inv_std  # d/dx through x - mu_h; d/dmu_h is its negative
         grad_var = grad_normalized.mul_(normalized).mul_(inv_std).mul_(inv_std).mul_(-0.5)  # d/dvar_h
-        grad_mean_gate = (grad_centred * (mean_inter - mean_token)).sum((1, 2, 3, 4))
-        grad_var_gate = (grad_var * (var_eps_token - inter)).sum((1, 2, 3, 4))
+        grad_mean_gate = torch.sub(mean_inter, mean_token, out=scratch).mul_(grad_centred).sum((1, 2, 3, 4))
+        grad_var_gate = torch.sub(var_eps_token, inter, out=scratch).mul_(grad_var).sum((1, 2, 3, 4))
         mean_gate, var_gate = grid.per_head(mean_gate), grid.per_head(var_gate)
         grad_mean_token = -(grad_centred.sum(4, keepdim=True) * mean_gate).sum(0, keepdim=True)
         grad_var_token = (grad_var.sum(4, keepdim=True) * var_gate).sum(0, keepdim=True)
@@ -269,9 +271,9 @@ class TokenNormFunction(torch.autograd.Function):
         torch.mul(grad_centred, mean_gate - 1, out=grad_mixed[..., 0, :]).addcmul_(mean_inter, grad_variance, value=-2)
         grad_mixed[..., 1, :] = grad_variance
         channels = x.shape[-1]
-        grad_token_x = torch.sub(grid.view(x), mean_token).mul_(grad_var_token * (2 / channels))
+        grad_token_x = torch.sub(stacked[..., 0, :], mean_token, out=scratch).mul_(grad_var_token * (2 / channels))
         grid.view(grad_x).copy_(grad_token_x.add_(grad_centred).add_(grad_mean_token / channels))
-        return grad_x, grad_mixed, grad_mean_gate, grad_var_gate, grad_weight, grad_bias, None, None
+        return grad_x, None, grad_mixed, grad_mean_gate, grad_var_gate, grad_weight, grad_bias, None, None
 
 
 class DynamicTokenNorm(nn.Module):
@@ -410,17 +412,14 @@ class DynamicTokenNorm(nn.Module):
             stacked = self.stack_values(grid.view(hidden_states), columns_first=source_mask is None)
             mixed = self.mix_tokens(stacked, source_mask)
             return TokenNormFunction.apply(
-                hidden_states, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
+                hidden_states, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
             )
         layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, self.weight, self.bias, self.eps)
         if gates_are_one(mean_gate, var_gate):
             return layer_norm[0]
         stacked = self.stack_values(grid.view(hidden_states), columns_first=source_mask is None)
         mixed = self.mix_tokens(stacked, source_mask)
-        del stacked
-        out, _ = token_norm(
-            hidden_states, layer_norm, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
-        )
+        out, _ = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid)
         return out
 
     def extra_repr(self) -> str:
