@@ -32,6 +32,9 @@ REPORT_JSON = "conversion_report.json"
 REPORT_MD = "conversion_report.md"
 REPORT_PNG = "conversion_report.png"
 STAGE_ORDER = ("naive", "calibrated", "healed", "exact")
+# Examples per forward pass while comparing: the teacher's norm outputs are held until the student's are computed, and
+# at 224 px each example's 25 norm outputs and activations take tens of MB.
+EXAMPLES_PER_FORWARD = 2
 LOGIT_FIELDS = ("logits", "prediction_logits", "start_logits")
 
 
@@ -80,10 +83,17 @@ def _logit_rows(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     return logits.reshape(-1, logits.shape[-1])
 
 
+def split_batch(batch: dict, size: int) -> list[dict]:
+    """`batch` as consecutive parts of at most `size` examples (every value's first dimension is the example)."""
+    count = len(next(iter(batch.values())))
+    return [{key: value[start : start + size] for key, value in batch.items()} for start in range(0, count, size)]
+
+
 def measure_fidelity(
     student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str]
 ) -> dict[str, Any]:
-    """End-to-end and per-norm fidelity of `student` to `teacher` on `batches` (see module docstring)."""
+    """End-to-end and per-norm fidelity of `student` to `teacher` on `batches` (see module docstring), compared
+    `EXAMPLES_PER_FORWARD` examples at a time."""
     student_training, teacher_training = student.training, teacher.training
     student.eval(), teacher.eval()
     max_abs, cosines, agree, kl, rows = 0.0, [], 0.0, 0.0, 0
@@ -91,7 +101,7 @@ def measure_fidelity(
     squared_norm = dict.fromkeys(norm_names, 0.0)
     has_logits = True
     try:
-        for batch in batches:
+        for batch in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
             mask = real_token_mask(batch)
             select = _real_tokens(mask)
             theirs = forward_with_norms(teacher, batch, norm_names)

@@ -250,6 +250,28 @@ def test_dyt_conversion_writes_checkpoint_and_report(tiny_vit_dir, image_folder,
     assert type(model).__name__ == "ViTNormModel" and model.config.norm_type == "dyt"
 
 
+def test_fidelity_compared_in_parts_equals_one_pass(tiny_vit_dir, monkeypatch):
+    """`measure_fidelity` runs at most `EXAMPLES_PER_FORWARD` examples per forward pass (memory); the parts add up to
+    what one pass over the batch gives."""
+    from hf_norms import fidelity
+    from hf_norms.calibration import norms_in_forward_order
+
+    teacher = ViTForImageClassification.from_pretrained(tiny_vit_dir).eval()
+    student = hf_norms.ViTNormForImageClassification.from_pretrained(tiny_vit_dir, norm_type="dyt").eval()
+    batch = {"pixel_values": torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(0))}
+    assert [len(part["pixel_values"]) for part in fidelity.split_batch(batch, 2)] == [2, 2, 1]
+    names = norms_in_forward_order(teacher, batch)
+    monkeypatch.setattr(fidelity, "EXAMPLES_PER_FORWARD", 2)
+    parts = fidelity.measure_fidelity(student, teacher, [batch], names)
+    monkeypatch.setattr(fidelity, "EXAMPLES_PER_FORWARD", 5)
+    whole = fidelity.measure_fidelity(student, teacher, [batch], names)
+    assert parts["end_to_end"]["top1_agreement"] == whole["end_to_end"]["top1_agreement"]
+    for key in ("max_abs_diff", "mean_cosine", "kl_divergence"):
+        assert parts["end_to_end"][key] == pytest.approx(whole["end_to_end"][key], rel=1e-5)
+    assert parts["per_norm"] == pytest.approx(whole["per_norm"], rel=1e-5)
+    assert whole["end_to_end"]["mean_cosine"] < 0.999  # a naive DyT swap: the metrics are not trivially equal
+
+
 def test_same_inputs_give_byte_identical_weights(tiny_vit_dir, image_folder, tmp_path):
     before = tree_digest(tiny_vit_dir)
     for name in ("a", "b"):
