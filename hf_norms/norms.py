@@ -210,6 +210,39 @@ def token_norm(
     return out, ((inter, inv_std, normalized, not_clamped) if keep else None)
 
 
+class StackValues(torch.autograd.Function):
+    """`[x_h, x_h * x_h]`: the grid tokens of `hidden_states` `[B, N, C]` and their squares side by side,
+    `[H, B, cols, rows, 2, D]`, for one token mixing of both. With `columns_first` the memory is ordered
+    `[H, cols, B, rows, 2, D]` (a transposed view is returned), so `DynamicTokenNorm.mix_tokens` mixes columns with
+    one `[cols, cols]` product per head. The backward, `dx = d[x] + 2 x d[x * x]` for grid tokens and 0 for prefix
+    tokens, is written into `[B, N, C]` order in one pass.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden_states: torch.Tensor, grid: TokenGrid, columns_first: bool) -> torch.Tensor:
+        values = grid.view(hidden_states)
+        heads, batch, cols, rows, depth = values.shape
+        if columns_first:
+            stacked = values.new_empty(heads, cols, batch, rows, 2, depth).transpose(1, 2)
+        else:
+            stacked = values.new_empty(heads, batch, cols, rows, 2, depth)
+        stacked[..., 0, :] = values
+        torch.mul(stacked[..., 0, :], stacked[..., 0, :], out=stacked[..., 1, :])
+        ctx.grid = grid
+        ctx.save_for_backward(stacked)
+        return stacked
+
+    @staticmethod
+    def backward(ctx, grad_stacked: torch.Tensor):
+        (stacked,) = ctx.saved_tensors
+        grid: TokenGrid = ctx.grid
+        grad_x = grad_stacked.new_empty(grid.shape)
+        grad_x[:, : grid.num_prefix_tokens] = 0
+        values, grad_values, grad_squares = stacked[..., 0, :], grad_stacked[..., 0, :], grad_stacked[..., 1, :]
+        torch.addcmul(grad_values, values, grad_squares, value=2, out=grid.view(grad_x))
+        return grad_x, None, None
+
+
 class TokenNormFunction(torch.autograd.Function):
     """`token_norm` with a written-out backward: autograd's took four times as long through some 40 elementwise steps.
 
@@ -352,26 +385,8 @@ class DynamicTokenNorm(nn.Module):
         mask = layout.padding_mask[:, layout.num_prefix_tokens :].bool()
         return None if bool(mask.all()) else mask
 
-    @staticmethod
-    def stack_values(grid: torch.Tensor, columns_first: bool) -> torch.Tensor:
-        """`x_h` and `x_h * x_h` side by side, `[H, B, cols, rows, 2, D]`, for one mixing of both; `grid` is
-        `[H, B, cols, rows, D]`. With `columns_first` the memory is ordered `[H, cols, B, rows, 2, D]` (a transposed
-        view is returned), so `mix_tokens` mixes columns with one `[cols, cols]` product per head."""
-        if torch.is_grad_enabled():
-            order = grid.transpose(1, 2) if columns_first else grid
-            stacked = torch.stack((order, order * order), dim=-2)
-            return stacked.transpose(1, 2) if columns_first else stacked
-        heads, batch, cols, rows, depth = grid.shape
-        if columns_first:
-            stacked = grid.new_empty(heads, cols, batch, rows, 2, depth).transpose(1, 2)
-        else:
-            stacked = grid.new_empty(heads, batch, cols, rows, 2, depth)
-        stacked[..., 0, :] = grid
-        torch.mul(stacked[..., 0, :], stacked[..., 0, :], out=stacked[..., 1, :])
-        return stacked
-
     def mix_tokens(self, stacked: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
-        """`P_h @ values` for `stacked` values of shape `[H, B, cols, rows, K, D]` (from `stack_values`), without
+        """`P_h @ values` for `stacked` values of shape `[H, B, cols, rows, K, D]` (from `StackValues`), without
         forming the `[H, M, M]` matrix `P_h`; returns the same shape.
 
         The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
@@ -409,7 +424,7 @@ class DynamicTokenNorm(nn.Module):
         mean_gate, var_gate = self.gates()
         source_mask = self.source_mask(layout)
         if torch.is_grad_enabled():
-            stacked = self.stack_values(grid.view(hidden_states), columns_first=source_mask is None)
+            stacked = StackValues.apply(hidden_states, grid, source_mask is None)
             mixed = self.mix_tokens(stacked, source_mask)
             return TokenNormFunction.apply(
                 hidden_states, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
@@ -417,7 +432,7 @@ class DynamicTokenNorm(nn.Module):
         layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, self.weight, self.bias, self.eps)
         if gates_are_one(mean_gate, var_gate):
             return layer_norm[0]
-        stacked = self.stack_values(grid.view(hidden_states), columns_first=source_mask is None)
+        stacked = StackValues.apply(hidden_states, grid, source_mask is None)
         mixed = self.mix_tokens(stacked, source_mask)
         out, _ = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid)
         return out
