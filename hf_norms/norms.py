@@ -179,17 +179,17 @@ def token_norm(
     bias: torch.Tensor,
     eps: float,
     grid: TokenGrid,
+    keep: bool,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
     """DTN's output `[B, N, C]` from `native_layer_norm`'s `(output, mean, rstd)` of the input, the values
     `stacked = [x_h, x_h * x_h]` and their mixing `mixed = [P_h @ x_h, P_h @ (x_h * x_h)]` (both `[H, B, cols, rows,
     2, D]`, in the same memory order), by the formula of `DynamicTokenNorm`.
 
-    Without autograd `mixed` and LayerNorm's output are overwritten (and returned as the output) and nothing is kept;
-    with autograd, the tensors the backward needs are returned: `(inter, inv_std, normalized, not_clamped)`, with
+    Without `keep`, `mixed` and LayerNorm's output are overwritten (and returned as the output) and nothing is kept;
+    with `keep` (for the backward), the inputs are left as they are and the tensors the backward needs are returned: `(inter, inv_std, normalized, not_clamped)`, with
     `inter = max(P_h @ x^2 - (P_h @ x)^2, 0) + eps`, `inv_std = 1 / sqrt(var_h + eps)`, `normalized = (x - mu_h) *
     inv_std` and `not_clamped = P_h @ x^2 - (P_h @ x)^2 >= 0`.
     """
-    keep = torch.is_grad_enabled() or mixed.requires_grad
     out, mean_ln, inv_std_ln = layer_norm
     mean_ln, var_eps_ln = grid.per_token(mean_ln), grid.per_token(inv_std_ln.pow(-2))  # var_ln + eps
     mean_inter, square_inter = mixed[..., 0, :], mixed[..., 1, :]  # P_h @ x_h, P_h @ (x_h * x_h)
@@ -246,8 +246,9 @@ class StackValues(torch.autograd.Function):
 class TokenNormFunction(torch.autograd.Function):
     """`token_norm` with a written-out backward: autograd's took four times as long through some 40 elementwise steps.
 
-    Inputs: `hidden_states` `[B, N, C]`, `mixed` `[H, B, cols, rows, 2, D]`, the gates `[H]`, `weight`, `bias` `[C]`,
-    `eps` and the `TokenGrid`. The gradient of `mixed` continues through the token mixing under autograd.
+    Inputs: `hidden_states` `[B, N, C]`, `stacked` and `mixed` `[H, B, cols, rows, 2, D]` (see `token_norm`), the gates
+    `[H]`, `weight`, `bias` `[C]`, `eps` and the `TokenGrid`. The gradient of `mixed` continues through the token mixing
+    under autograd; `stacked` gets none here (its `x` half serves as `x` in the mixing order).
 
     Backward, per element of the grid (sums over the broadcast dimensions), with `g = dy * weight`, `r = inv_std`,
     `n = normalized`:
@@ -262,7 +263,7 @@ class TokenNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden_states, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid):
         layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, weight, bias, eps)
-        out, saved = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid)
+        out, saved = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid, keep=True)
         ctx.grid = grid
         ctx.save_for_backward(hidden_states, *layer_norm[1:], stacked, mixed, mean_gate, var_gate, weight, bias, *saved)
         return out
@@ -434,7 +435,9 @@ class DynamicTokenNorm(nn.Module):
             return layer_norm[0]
         stacked = StackValues.apply(hidden_states, grid, source_mask is None)
         mixed = self.mix_tokens(stacked, source_mask)
-        out, _ = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid)
+        out, _ = token_norm(
+            layer_norm, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid, keep=False
+        )
         return out
 
     def extra_repr(self) -> str:

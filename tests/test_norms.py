@@ -122,6 +122,17 @@ def test_dtn_written_out_backward_passes_gradcheck(grid, padding):
     assert torch.autograd.gradcheck(run, (x.double().requires_grad_(), *params), eps=1e-6, atol=1e-5)
 
 
+def test_frozen_dtn_with_autograd_on_computes_the_inference_output():
+    """Grad mode on, but nothing requires grad (a frozen layer on a plain input): the autograd path still runs."""
+    layer = random_dtn().requires_grad_(False)
+    x, layout, _ = dtn_case((3, 4), None)
+    with torch.no_grad():
+        expected = layer(x, layout)
+    out = layer(x, layout)
+    assert not out.requires_grad
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_dtn_in_bfloat16_is_close_to_float32():
     layer = random_dtn()
     x, layout, _ = dtn_case((3, 4), None)
