@@ -144,7 +144,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     report = heal(dyt, data["heal"], max_steps=args.heal_steps, max_minutes=args.heal_minutes,
                   batch_size=args.heal_batch_size, learning_rate=args.heal_learning_rate,
                   cosine_weight=args.cosine_weight, hidden_state_weight=args.hidden_state_weight,
-                  progress=True)  # fmt: skip
+                  bf16=args.heal_bf16, progress=True)  # fmt: skip
     results["report_stages"] = {stage: metrics["end_to_end"] for stage, metrics in report["stages"].items()}
     results["calibration"], results["healing"] = report["calibration"], report["healing"]
 
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heal-batch-size", type=int, default=8)
     parser.add_argument("--heal-samples", type=int, default=2048)
     parser.add_argument("--heal-learning-rate", type=float, default=2e-4)
+    parser.add_argument("--heal-bf16", action="store_true", help="heal under bfloat16 autocast")
     parser.add_argument("--cosine-weight", type=float, default=COSINE_WEIGHT)
     parser.add_argument("--hidden-state-weight", type=float, default=HIDDEN_STATE_WEIGHT)
     parser.add_argument("--calibration-samples", type=int, default=64)

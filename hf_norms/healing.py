@@ -59,6 +59,7 @@ def distillation_loss(
     """The healing loss of the module docstring for one batch; `mask` is `[batch, seq_len]` bool or None (images)."""
 
     def relative_mse(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+        ours, theirs = ours.float(), theirs.float()  # bf16 autocast gives half-precision states
         if mask is not None:
             ours, theirs = ours[mask], theirs[mask]
         return (ours - theirs).pow(2).mean() / theirs.pow(2).mean().clamp_min(1e-12)
@@ -67,14 +68,14 @@ def distillation_loss(
         relative_mse(h, t) for h, t in zip(student_outputs.hidden_states, teacher_outputs.hidden_states, strict=True)
     )
     loss = loss + relative_mse(student_final, teacher_final)
-    cosine = F.cosine_similarity(pooled(student_final, mask), pooled(teacher_final, mask), dim=-1)
+    cosine = F.cosine_similarity(pooled(student_final.float(), mask), pooled(teacher_final.float(), mask), dim=-1)
     loss = loss + cosine_weight * (1 - cosine).mean()
     student_logits = getattr(student_outputs, "logits", None)
     teacher_logits = getattr(teacher_outputs, "logits", None)
     if student_logits is not None and teacher_logits is not None:
         rows = (lambda t: t[mask]) if mask is not None and student_logits.dim() == 3 else (lambda t: t)
-        log_q = rows(student_logits).flatten(0, -2).log_softmax(-1)
-        log_p = rows(teacher_logits).flatten(0, -2).log_softmax(-1)
+        log_q = rows(student_logits).flatten(0, -2).float().log_softmax(-1)
+        log_p = rows(teacher_logits).flatten(0, -2).float().log_softmax(-1)
         loss = loss + F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
     return loss
 
@@ -196,6 +197,7 @@ def heal(
     save_steps: int = 50,
     cosine_weight: float = COSINE_WEIGHT,
     hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+    bf16: bool = False,
     evaluation_data: Any = None,
     work_dir: str | Path | None = None,
     resume: bool = False,
@@ -268,6 +270,7 @@ def heal(
         warmup_steps=warmup_steps,
         save_steps=save_steps,
         loss_weights={"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight},
+        bf16=bf16,
         resume=resume,
         progress=progress,
         seed=seed,
@@ -286,6 +289,7 @@ def heal(
         "learning_rate": learning_rate,
         "batch_size": batch_size,
         "max_length": max_length,
+        "bf16": bf16,
         "training_examples": len(train_examples),
         "resumed_from_step": resumed_from,
     }
@@ -337,6 +341,7 @@ def train(
     warmup_steps: int,
     save_steps: int,
     loss_weights: dict[str, float],
+    bf16: bool,
     resume: bool,
     progress: bool,
     seed: int,
@@ -354,6 +359,7 @@ def train(
         weight_decay=0.0,
         warmup_steps=min(warmup_steps, max_steps // 3),
         max_grad_norm=1.0,
+        bf16=bf16,
         logging_steps=max(1, min(10, max_steps // 10)),
         save_strategy="steps",
         save_steps=save_steps,
@@ -439,6 +445,11 @@ def add_cli_command(subparsers) -> None:
         default=HIDDEN_STATE_WEIGHT,
         help="weight of the per-layer hidden-state terms (0: match the final states and logits only)",
     )
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 autocast for both models' forward and the backward (float32 weights and optimizer)",
+    )
     parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
     parser.add_argument("--work-dir", help="Trainer checkpoints (default: .FOLDER.healing beside FOLDER)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the work dir")
@@ -463,6 +474,7 @@ def run_cli(args: argparse.Namespace) -> int:
             save_steps=args.save_steps,
             cosine_weight=args.cosine_weight,
             hidden_state_weight=args.hidden_state_weight,
+            bf16=args.bf16,
             evaluation_data=args.eval_data,
             work_dir=args.work_dir,
             resume=args.resume,

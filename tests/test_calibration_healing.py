@@ -95,7 +95,8 @@ def test_calibration_beats_the_naive_swap_on_minilm(minilm_dyt):
     assert calibrated["per_norm"]["embeddings.LayerNorm"] < 0.15
 
 
-def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, tmp_path):
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16 autocast"])
+def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, tmp_path, bf16):
     before = json.loads((minilm_dyt / REPORT_JSON).read_text())
     out = tmp_path / "healed"
     report = healing.heal(
@@ -108,12 +109,14 @@ def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, 
         batch_size=8,
         max_length=32,
         learning_rate=1e-4,
+        bf16=bf16,
         progress=False,
     )
     calibrated = before["stages"]["calibrated"]["end_to_end"]["mean_cosine"]
     healed = report["stages"]["healed"]["end_to_end"]["mean_cosine"]
     assert healed > calibrated + 0.01, (calibrated, healed)
     assert report["healing"]["steps"] == 9 and report["healing"]["samples"] == 48
+    assert report["healing"]["bf16"] is bf16
     assert report["healing"]["data"] == str(news_files / "healing.txt") and report["healing"]["loss"]
     saved = json.loads((out / REPORT_JSON).read_text())
     assert list(saved["stages"]) == ["naive", "calibrated", "healed"]
