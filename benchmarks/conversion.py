@@ -35,7 +35,7 @@ def child(job: str, source: Path, output: Path, calibration: Path | None) -> dic
     """Run one job in this process; returns its seconds (after imports) and this process's peak RSS in MiB."""
     from transformers import AutoModel
 
-    from hf_norms.convert import convert
+    from hf_norms.conversion.convert import convert
 
     started = time.perf_counter()
     calibration_seconds = None

@@ -28,10 +28,10 @@ import torch
 from PIL import Image
 
 from hf_norms import packaged
-from hf_norms.calibration import encode_batches, load_examples
-from hf_norms.convert import convert, load_processor
-from hf_norms.fidelity import pooled
-from hf_norms.healing import COSINE_WEIGHT, HIDDEN_STATE_WEIGHT, heal
+from hf_norms.conversion.convert import convert, load_processor
+from hf_norms.conversion.data import encode_batches, load_examples
+from hf_norms.conversion.fidelity import pooled
+from hf_norms.conversion.healing import COSINE_WEIGHT, HIDDEN_STATE_WEIGHT, heal
 
 EXACT_TYPES = ("sepnorm", "dtn", "lape")
 

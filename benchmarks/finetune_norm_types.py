@@ -31,8 +31,8 @@ from transformers import TrainingArguments
 import hf_norms
 from benchmarks.timing import markdown_table
 from hf_norms import packaged
-from hf_norms.finetune import DataArguments, ModelArguments, finetune
-from hf_norms.training import NORM_STATE_PREFIX
+from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
+from hf_norms.training.trainer import NORM_STATE_PREFIX
 
 VISION_CONFIG = (
     "image_size=28,patch_size=7,num_channels=1,hidden_size=64,num_hidden_layers=4,num_attention_heads=4,"
@@ -110,8 +110,8 @@ def summarise_norm_state(log_entry: dict[str, float]) -> str:
 
 def convert_minilm(norm_type: str, folder: str) -> str:
     """`hf_norms.convert.convert` of MiniLM to `norm_type` in `folder`; returns how it went, for the table."""
-    from hf_norms.convert import convert
-    from hf_norms.training_data import packaged_dataset
+    from hf_norms.conversion.convert import convert
+    from hf_norms.training.data import packaged_dataset
 
     texts = packaged_dataset("bbc-news")["train"]["text"][: CALIBRATION_ARTICLES + CONVERSION_EVAL_ARTICLES]
     started = time.perf_counter()

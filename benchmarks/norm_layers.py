@@ -16,7 +16,14 @@ from collections.abc import Callable
 import torch
 
 from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
-from hf_norms.norms import DynamicTanh, DynamicTokenNorm, LayerNorm, PositionEmbeddingNorm, SeparateNorm, TokenLayout
+from hf_norms.models.norms import (
+    DynamicTanh,
+    DynamicTokenNorm,
+    LayerNorm,
+    PositionEmbeddingNorm,
+    SeparateNorm,
+    TokenLayout,
+)
 
 
 def norm_layers(hidden: int, heads: int, prefix: int) -> dict[str, torch.nn.Module]:

@@ -33,10 +33,10 @@ from typing import Any
 from PIL import Image
 
 from hf_norms import packaged
-from hf_norms.convert import convert
-from hf_norms.healing import heal
-from hf_norms.model_card import model_card_for_folder
-from hf_norms.publish import push_to_hub
+from hf_norms.conversion.convert import convert
+from hf_norms.conversion.healing import heal
+from hf_norms.hub.model_card import model_card_for_folder
+from hf_norms.hub.publish import push_to_hub
 
 RECIPES = Path(__file__).resolve().parent
 CARDS = RECIPES.parent / "model_cards"

@@ -1,20 +1,273 @@
-"""The `hf-norms` command line: one subcommand per task, each defined next to the code it runs."""
+"""The `hf-norms` command line: one subcommand per task, each a thin layer over the Python API.
+
+This module imports nothing heavy at the top: the arguments of every subcommand are defined here, and the code a
+subcommand runs is imported only when it runs, so `hf-norms --help` answers at once. Errors that hf-norms raises on
+purpose (a bad input, a refused folder, an unreachable Hub) are printed as one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
-# subcommand -> module of hf_norms that defines it with `add_cli_command(subparsers)`
-SUBCOMMANDS = {
-    "demo": "demo",
-    "convert": "convert",
-    "heal": "healing",
-    "finetune": "finetune",
-    "push": "publish",
-    "hub": "hub_server",
-}
+# Keep in step with `hf_norms.models.norms.NORM_TYPES` (a test checks it): importing the registry here would import torch.
+NORM_TYPE_CHOICES = ("layernorm", "dyt", "dtn", "sepnorm", "lape")
+HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checked by a test)
+HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
+
+
+def add_convert(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a LayerNorm ViT/DeiT/BERT checkpoint to another norm_type, with a fidelity report",
+        description=(
+            "Convert a LayerNorm ViT, DeiT or BERT checkpoint (any head; a folder or a Hub id) to another norm_type. "
+            "SepNorm, DTN and LaPE convert exactly; DyT is calibrated on --calibration-data. The output folder holds a "
+            "normal checkpoint, its remote code and conversion_report.{json,md,png}."
+        ),
+    )
+    parser.add_argument("source", help="checkpoint folder or Hub model id (read from HF_ENDPOINT)")
+    parser.add_argument("--norm-type", required=True, choices=NORM_TYPE_CHOICES)
+    parser.add_argument("--output", required=True, help="folder to create (refused if it exists, unless --overwrite)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="norm option, e.g. dyt_per_channel_alpha=false or dtn_gate_init=0.5 (repeatable)")  # fmt: skip
+    parser.add_argument("--calibration-data", help="DyT calibration data: .txt file, image folder or saved dataset")
+    parser.add_argument("--calibration-samples", type=int, default=64)
+    parser.add_argument("--eval-data", help="evaluation data (default: calibration examples held out, or probes)")
+    parser.add_argument("--eval-samples", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=128, help="text: tokens per example")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--fold", action="store_true", help="fold gamma/beta into the next Linear layers (ViT/DeiT)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    parser.add_argument("--allow-pickle", action="store_true", help="allow loading pytorch_model.bin (pickle) weights")
+    parser.add_argument("--revision", help="Hub revision of the source")
+    parser.set_defaults(run=run_convert)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from .conversion.convert import convert, parse_norm_options
+
+    report = convert(
+        args.source,
+        args.norm_type,
+        args.output,
+        options=parse_norm_options(args.option),
+        calibration_data=args.calibration_data,
+        calibration_samples=args.calibration_samples,
+        evaluation_data=args.eval_data,
+        evaluation_samples=args.eval_samples,
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        fold=args.fold,
+        overwrite=args.overwrite,
+        allow_pickle=args.allow_pickle,
+        revision=args.revision,
+        progress=True,
+    )
+    for stage, metrics in report["stages"].items():
+        e2e = metrics["end_to_end"]
+        print(f"{stage}: max abs diff {e2e['max_abs_diff']:.3g}, mean cosine {e2e['mean_cosine']:.4f}")
+    print(f"wrote {Path(args.output).resolve()} (report: conversion_report.md)")
+    return 0
+
+
+def add_heal(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "heal",
+        help="distil a converted checkpoint from its LayerNorm original (Trainer, resumable)",
+        description=(
+            "Heal a checkpoint written by `hf-norms convert` by distillation from its LayerNorm original, through the "
+            "transformers Trainer: every layer's hidden states, the pooled final state's cosine and the logits. The "
+            "healed weights replace FOLDER's (or go to --output) and the report gains a `healed` stage."
+        ),
+    )
+    parser.add_argument("folder", help="a folder written by `hf-norms convert`")
+    parser.add_argument("--data", required=True, help="unlabeled data: .txt file, image folder or saved dataset")
+    parser.add_argument("--teacher", help="the original checkpoint (default: the report's source)")
+    parser.add_argument("--output", help="write the healed checkpoint here instead of replacing FOLDER")
+    parser.add_argument("--samples", type=int, help="use at most this many examples of --data")
+    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument("--max-minutes", type=float, help="stop (with a checkpoint to resume from) after this long")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-length", type=int, default=128, help="text: tokens per training window")
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--save-steps", type=int, default=50)
+    parser.add_argument("--cosine-weight", type=float, default=HEAL_COSINE_WEIGHT,
+                        help="weight of the pooled final-state cosine term")  # fmt: skip
+    parser.add_argument("--hidden-state-weight", type=float, default=HEAL_HIDDEN_STATE_WEIGHT,
+                        help="weight of the per-layer hidden-state terms (0: match the final states and logits only)")  # fmt: skip
+    parser.add_argument("--bf16", action="store_true",
+                        help="bfloat16 autocast for both models' forward and the backward (float32 weights and optimizer)")  # fmt: skip
+    parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
+    parser.add_argument("--work-dir", help="Trainer checkpoints (default: .FOLDER.healing beside FOLDER)")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the work dir")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output folder")
+    parser.add_argument("--allow-pickle", action="store_true", help="allow a pickle-only teacher checkpoint")
+    parser.set_defaults(run=run_heal)
+
+
+def run_heal(args: argparse.Namespace) -> int:
+    import math
+
+    from .conversion.healing import heal
+
+    report = heal(
+        args.folder,
+        args.data,
+        teacher=args.teacher,
+        output=args.output,
+        samples=args.samples,
+        max_steps=args.max_steps,
+        max_minutes=args.max_minutes,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        learning_rate=args.learning_rate,
+        save_steps=args.save_steps,
+        cosine_weight=args.cosine_weight,
+        hidden_state_weight=args.hidden_state_weight,
+        bf16=args.bf16,
+        evaluation_data=args.eval_data,
+        work_dir=args.work_dir,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        allow_pickle=args.allow_pickle,
+    )
+    for stage, metrics in report["stages"].items():
+        cosine = metrics["end_to_end"]["mean_cosine"]
+        print(f"{stage}: mean cosine {cosine:.4f}" + ("" if math.isfinite(cosine) else " (not finite)"))
+    return 0
+
+
+def add_finetune(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "finetune",
+        help="fine-tune a ViT/DeiT/BERT of any norm_type with the Trainer (one process, or torchrun/accelerate)",
+        description="Fine-tune with the transformers Trainer; `hf-norms finetune --help` lists every option.",
+    )
+    parser.set_defaults(run=None)  # `main` hands every argument after `finetune` to its own parser
+
+
+def run_finetune(arguments: list[str]) -> int:
+    from .training.finetune import main
+
+    return main(arguments)
+
+
+def add_push(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "push",
+        help="publish a checkpoint folder with its model card to a Hub endpoint",
+        description=(
+            "Upload an hf-norms checkpoint folder to REPO_ID in one commit, with a model card rendered from its "
+            "conversion report and training metrics. The token comes from HF_TOKEN or `hf auth login`."
+        ),
+    )
+    parser.add_argument("folder", metavar="DIR", help="the checkpoint folder (config.json, model.safetensors, ...)")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. my-org/vit-dyt")
+    parser.add_argument("--private", action="store_true", help="create the repo private (no effect if it exists)")
+    parser.add_argument("--revision", help="branch to commit to (created from main if missing)")
+    parser.add_argument("--commit-message", help="commit title")
+    parser.add_argument("--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument("--include", action="append", default=[], metavar="PATH",
+                        help="upload this file even if it would be skipped")  # fmt: skip
+    parser.add_argument("--delete", action="append", default=[], metavar="PATTERN",
+                        help="delete matching remote files in the commit")  # fmt: skip
+    parser.add_argument("--base-model", help="Hub id of the source checkpoint, when the report names a local copy")
+    parser.add_argument("--license", help="license id for the card (default: the source's, where known)")
+    parser.add_argument("--dataset", action="append", default=[], metavar="ID", help="Hub dataset id for the card")
+    parser.add_argument("--training-dataset", help="what a Trainer run in this folder trained and evaluated on")
+    parser.add_argument("--note", action="append", default=[], help="a sentence for 'How this checkpoint was made'")
+    parser.add_argument("--dry-run", action="store_true", help="check and list the files, upload nothing")
+    parser.set_defaults(run=run_push)
+
+
+def run_push(args: argparse.Namespace) -> int:
+    import json
+    import logging
+
+    from .hub.publish import push_to_hub
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    result = push_to_hub(
+        args.folder,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        endpoint=args.endpoint,
+        include=args.include,
+        delete_patterns=args.delete,
+        dry_run=args.dry_run,
+        base_model=args.base_model,
+        license=args.license,
+        datasets=args.dataset,
+        training_dataset=args.training_dataset,
+        notes=args.note,
+    )
+    if isinstance(result, list):
+        print(json.dumps({"files": result}, indent=1))
+    else:
+        print(f"Pushed {args.folder} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
+    return 0
+
+
+def add_hub(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "hub",
+        help="serve a Hugging Face Hub-compatible API on 127.0.0.1",
+        description=(
+            "Serve the part of the Hub API that huggingface_hub and transformers use (repos, commits, branches, tags, "
+            "downloads) on 127.0.0.1, from a folder on disk; point clients at it with the printed HF_ENDPOINT."
+        ),
+    )
+    parser.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--token", action="append", help="accepted bearer token (repeatable; default: any token)")
+    parser.add_argument("--user", default=None, help="user name the tokens authenticate as")
+    parser.set_defaults(run=run_hub)
+
+
+def run_hub(args: argparse.Namespace) -> int:
+    from .hub.server import serve_forever
+
+    return serve_forever(args.root, tokens=args.token, port=args.port, user=args.user)
+
+
+def add_demo(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="convert the packaged real models, push them to a loopback Hub and load them back by id",
+        description=(
+            "Convert the packaged real MiniLM (BERT) and DINOv2-S checkpoints, push them with their model cards to an "
+            "embedded Hub on 127.0.0.1 (or --endpoint), and load every repo back by id, with `import hf_norms` and "
+            "with trust_remote_code where hf_norms cannot be imported."
+        ),
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="where to keep the outputs (default: a new temp dir)"
+    )
+    parser.add_argument("--endpoint", default=None, help="push to this Hub endpoint instead of an embedded one")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from .demo import run_demo
+
+    return run_demo(args.workdir or Path(tempfile.mkdtemp(prefix="hf-norms-demo-")), args.endpoint)
+
+
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    add_demo,
+    add_convert,
+    add_heal,
+    add_finetune,
+    add_push,
+    add_hub,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,14 +276,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="DyT, DTN, SepNorm and LaPE for Hugging Face ViT, DeiT and BERT: convert, heal, fine-tune, publish.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in SUBCOMMANDS.values():
-        importlib.import_module(f"hf_norms.{module_name}").add_cli_command(subparsers)
+    for add in SUBCOMMANDS:
+        add(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
+        return run_finetune(argv[1:])
     args = build_parser().parse_args(argv)
-    return args.run(args) or 0
+    from .errors import handled_errors
+
+    with handled_errors(f"hf-norms {args.command}") as outcome:
+        outcome.status = args.run(args) or 0
+    return outcome.status
 
 
 if __name__ == "__main__":

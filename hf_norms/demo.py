@@ -2,7 +2,7 @@
 
 1. Build the real checkpoints: all-MiniLM-L6-v2 (BERT) and DINOv2-S/14 as a plain ViT (`hf_norms.packaged`).
 2. Convert them (`hf_norms.convert`): exact SepNorm/DTN/LaPE, and DyT calibrated on BBC News texts.
-3. Push each with its model card (`hf_norms.push_to_hub`) to a Hub on 127.0.0.1 (`hf_norms.hub_server`), or to
+3. Push each with its model card (`hf_norms.push_to_hub`) to a Hub on 127.0.0.1 (`hf_norms.hub.server`), or to
    `--endpoint`.
 4. In fresh processes with `HF_ENDPOINT` set, load every repo by id with `AutoModel.from_pretrained` after
    `import hf_norms`, and with `trust_remote_code=True` where hf_norms cannot be imported, and run `pipeline()`;
@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hub_server import HubServer
+from .hub.server import HubServer
 
 DEMO_ORG = "hf-norms-demo"
 DEMO_TOKEN = "hf_norms_demo_token"
@@ -151,9 +150,9 @@ def fidelity_summary(report: dict) -> str:
 def run_demo(workdir: Path, endpoint: str | None) -> int:
     from transformers.utils import logging as transformers_logging
 
-    from .convert import convert
+    from .conversion.convert import convert
+    from .hub.publish import push_to_hub
     from .packaged import dinov2_small_vit_path, minilm_path
-    from .publish import push_to_hub
 
     transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()
@@ -202,16 +201,3 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
     finally:
         if hub is not None:
             hub.stop()
-
-
-def add_cli_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="convert the packaged real models, push them to a loopback Hub and load them back by id"
-    )
-    parser.add_argument(
-        "--workdir", type=Path, default=None, help="where to keep the outputs (default: a new temp dir)"
-    )
-    parser.add_argument("--endpoint", default=None, help="push to this Hub endpoint instead of an embedded one")
-    parser.set_defaults(
-        run=lambda args: run_demo(args.workdir or Path(tempfile.mkdtemp(prefix="hf-norms-demo-")), args.endpoint)
-    )

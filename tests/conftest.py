@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +18,7 @@ import torch
 
 import hf_norms
 from hf_norms import BertNormConfig, DeiTNormConfig, ViTNormConfig
+from hf_norms.demo import BLOCK_HF_NORMS
 
 NORM_TYPES = sorted(hf_norms.NORM_TYPES)
 IMAGE_SIZE, PATCH_SIZE, BATCH, SEQ_LEN, VOCAB = 32, 8, 2, 9, 101
@@ -227,3 +231,30 @@ def news_sentences() -> list[str]:
             seen.add(label)
             sentences.append(text.strip().split("\n")[0])
     return sentences[:4]
+
+
+def run_without_hf_norms(code: str, cwd) -> str:
+    """Run `code` in a fresh interpreter that cannot import hf_norms; return its stdout."""
+    env_code = BLOCK_HF_NORMS + textwrap.dedent(code)
+    result = subprocess.run(
+        [sys.executable, "-c", env_code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(cwd), "TRANSFORMERS_VERBOSITY": "error"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def in_fresh_memory(model):
+    """Move each tensor out of the memory-mapped checkpoint into freshly allocated memory.
+
+    Tensors mapped from a safetensors file can start at any 4-byte offset, and BLAS then picks other kernels whose
+    summation order differs in the last bit (1e-9 seen on a 48-wide Linear). Identical values in identically aligned
+    memory must give identical outputs.
+    """
+    for tensor in [*model.parameters(), *model.buffers()]:
+        tensor.data = tensor.data.clone()
+    return model

@@ -1,0 +1,398 @@
+"""Convert a LayerNorm ViT, DeiT or BERT checkpoint (any head) into any norm_type, with a fidelity report.
+
+    hf-norms convert SRC --norm-type T --output DIR [--option KEY=VALUE ...] [--calibration-data DATA] [--fold]
+
+- `sepnorm`, `dtn`, `lape` (and `layernorm`) convert exactly by default: SepNorm with a LayerNorm for both parts, each
+  a copy of the original; DTN with both gates at 1; LaPE keeping the input position embedding and starting every
+  position norm at weight 0, bias 0. Other option values give a `naive` (inexact) conversion, ready for healing.
+- `dyt` needs calibration data: the naive swap (LN gamma/beta copied, alpha at its init) is measured, then every DyT
+  layer is calibrated in forward order (`calibration.calibrate_dyt`), with one alpha per channel by default.
+  `hf-norms heal` then distils the result from the original.
+- `--fold` moves the norms' gamma/beta into the Linear layers that read them (ViT/DeiT only, see `folding`).
+
+The source is only read. The output (config, safetensors weights, tokenizer or image processor, remote code files and
+`conversion_report.{json,md,png}`) is written to a hidden sibling folder and moved into place when complete.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+
+from ..models.auto_registration import MODEL_CLASSES
+from ..models.norm_options import NormOptions
+from ..models.norms import NORM_TYPES
+from ..version import VERSION
+from .calibration import calibrate_dyt, norms_in_forward_order
+from .checkpoint_io import ConversionError, SourceCheckpoint, resolve_source, staged_output
+from .data import Examples, encode_batches, load_examples, probe_examples, run_model
+from .fidelity import measure_fidelity
+from .folding import POST_LN_MESSAGE, fold_norms
+from .report import write_report
+
+# source config model_type -> (family, class-name prefix of the stock classes)
+SOURCE_TYPES = {
+    "vit": ("vit", "ViT"),
+    "deit": ("deit", "DeiT"),
+    "bert": ("bert", "Bert"),
+    "vit_norm": ("vit", "ViT"),
+    "deit_norm": ("deit", "DeiT"),
+    "bert_norm": ("bert", "Bert"),
+}
+EXACT_OPTIONS: dict[str, dict[str, Any]] = {
+    "layernorm": {},
+    "sepnorm": {"sepnorm_prefix_norm": "layernorm"},
+    "dtn": {"dtn_gate_init": 1.0},
+    "lape": {"lape_keep_input_pe": True},
+}
+DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"dyt": {"dyt_per_channel_alpha": True}}
+PROCESSOR_FILES = {
+    "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt"),
+    "image": ("preprocessor_config.json", "processor_config.json"),
+}
+RAW_PROBES = "built-in probe inputs (no processor)"
+OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
+# Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
+NEW_PARAMETER_SUFFIXES = (".alpha", ".prefix_norm.weight", ".prefix_norm.bias", ".prefix_norm.running_mean",
+                          ".prefix_norm.running_var", ".prefix_norm.num_batches_tracked", ".pos_proj.weight",
+                          ".pos_proj.bias", ".mean_gate", ".var_gate", ".pe_norm.weight", ".pe_norm.bias")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceModel:
+    """What a source checkpoint holds: its family (`vit`, `deit`, `bert`), stock architecture class name, the
+    matching hf-norms class name, and whether it has a pooler."""
+
+    family: str
+    architecture: str
+    norm_architecture: str
+    has_pooler: bool
+
+    @property
+    def modality(self) -> str:
+        return "text" if self.family == "bert" else "image"
+
+
+def inspect_source(checkpoint: SourceCheckpoint) -> SourceModel:
+    """Family and classes of a source checkpoint; refuses architectures and norm types it cannot convert."""
+    config = json.loads((checkpoint.path / "config.json").read_text())
+    model_type = config.get("model_type")
+    if model_type not in SOURCE_TYPES:
+        raise ConversionError(
+            f"{checkpoint.source}: model_type {model_type!r} is not supported; hf-norms converts ViT, DeiT and BERT "
+            f"checkpoints (model_type one of {sorted(SOURCE_TYPES)})."
+        )
+    if model_type.endswith("_norm") and config.get("norm_type", "layernorm") != "layernorm":
+        raise ConversionError(
+            f"{checkpoint.source} already uses norm_type={config['norm_type']!r}; convert from a LayerNorm checkpoint."
+        )
+    family, prefix = SOURCE_TYPES[model_type]
+    architecture = (config.get("architectures") or [f"{prefix}{'Norm' if '_norm' in model_type else ''}Model"])[0]
+    stock_name = architecture.replace(f"{prefix}Norm", prefix, 1)
+    norm_name = stock_name.replace(prefix, f"{prefix}Norm", 1)
+    if not stock_name.startswith(prefix) or norm_name not in MODEL_CLASSES:
+        supported = sorted(n.replace("Norm", "", 1) for n in MODEL_CLASSES if n.startswith(prefix + "Norm"))
+        raise ConversionError(
+            f"{checkpoint.source}: architecture {architecture!r} is not supported; supported {family} heads: {supported}."
+        )
+    has_pooler = any(".pooler." in f".{key}" for key in checkpoint.weight_keys)
+    return SourceModel(family=family, architecture=architecture, norm_architecture=norm_name, has_pooler=has_pooler)
+
+
+def norm_options(norm_type: str, options: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    """The norm options a conversion uses (exact defaults, then the user's), and whether they make it exact."""
+    if norm_type not in NORM_TYPES:
+        raise ConversionError(f"norm_type {norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTION_FIELDS) | ({"norm_type"} & set(options)))
+    if unknown:
+        raise ConversionError(
+            f"Unknown norm option(s) {unknown}; options are {sorted(set(OPTION_FIELDS) - {'norm_type'})}."
+        )
+    merged = {**EXACT_OPTIONS.get(norm_type, {}), **DEFAULT_OPTIONS.get(norm_type, {}), **options}
+    exact = norm_type in EXACT_OPTIONS and all(merged[k] == v for k, v in EXACT_OPTIONS[norm_type].items())
+    return merged, exact
+
+
+def parse_norm_options(items: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` texts (the command line's `--option`) as norm options, each VALUE parsed by its option's type
+    (bool: true/false, int, float, str, none)."""
+    options = {}
+    for text in items:
+        key, sep, value = text.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in OPTION_FIELDS or key == "norm_type":
+            raise ConversionError(
+                f"--option {text!r}: expected KEY=VALUE with KEY one of {sorted(set(OPTION_FIELDS) - {'norm_type'})}."
+            )
+        kind = str(OPTION_FIELDS[key].type)
+        if "bool" in kind:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ConversionError(f"--option {key} takes true or false, got {value!r}.")
+            options[key] = value.lower() in ("true", "1")
+        elif value.lower() == "none" and "None" in kind:
+            options[key] = None
+        else:
+            try:
+                options[key] = int(value) if "int" in kind else float(value) if "float" in kind else value
+            except ValueError:
+                raise ConversionError(f"--option {key} takes a {kind.split()[0]}, got {value!r}.") from None
+    return options
+
+
+@contextmanager
+def quiet_transformers():
+    """Silence transformers' load reports while converting (the conversion checks loading itself)."""
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(previous)
+
+
+def load_teacher(checkpoint: SourceCheckpoint, source: SourceModel) -> nn.Module:
+    """The source model as it is (stock transformers class, or an hf-norms class with norm_type layernorm), in eval."""
+    kwargs = {"add_pooling_layer": False} if source.architecture.endswith("Model") and not source.has_pooler else {}
+    model_class = MODEL_CLASSES.get(source.architecture) or getattr(transformers, source.architecture)
+    torch.manual_seed(0)
+    with quiet_transformers():
+        model = model_class.from_pretrained(
+            checkpoint.path, dtype=torch.float32, use_safetensors=not checkpoint.uses_pickle, **kwargs
+        )
+    return model.eval()
+
+
+def load_student(
+    checkpoint: SourceCheckpoint, source: SourceModel, norm_type: str, options: dict[str, Any]
+) -> nn.Module:
+    """The source weights in the hf-norms class with `norm_type`; only the parameters the norm adds may be missing."""
+    kwargs = {"add_pooling_layer": False} if source.architecture.endswith("Model") and not source.has_pooler else {}
+    model_class = MODEL_CLASSES[source.norm_architecture]
+    torch.manual_seed(0)
+    try:
+        with quiet_transformers():
+            model, info = model_class.from_pretrained(
+                checkpoint.path,
+                norm_type=norm_type,
+                dtype=torch.float32,
+                use_safetensors=not checkpoint.uses_pickle,
+                output_loading_info=True,
+                **options,
+                **kwargs,
+            )
+    except ValueError as error:  # config validation: an option or norm_type that does not fit this model
+        raise ConversionError(
+            f"norm_type={norm_type!r} with options {options} does not fit {checkpoint.source}: {error}"
+        ) from error
+    unexpected_missing = [key for key in info["missing_keys"] if not key.endswith(NEW_PARAMETER_SUFFIXES)]
+    if unexpected_missing or info["mismatched_keys"]:
+        raise ConversionError(
+            f"{checkpoint.source} does not fit {source.norm_architecture}: missing {sorted(unexpected_missing)[:5]}, "
+            f"mismatched {sorted(info['mismatched_keys'])[:5]}. Is the checkpoint complete?"
+        )
+    return model.eval()
+
+
+def load_processor(path: Path, modality: str):
+    """The tokenizer (text) or image processor (images) saved with the checkpoint, or None when it has none.
+
+    Its files are looked for first: transformers would otherwise build an empty default tokenizer for a BERT folder.
+    """
+    files = PROCESSOR_FILES[modality]
+    if not any((path / name).is_file() for name in files):
+        return None
+    loader = transformers.AutoTokenizer if modality == "text" else transformers.AutoImageProcessor
+    try:
+        with quiet_transformers():
+            return loader.from_pretrained(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def evaluation_examples(
+    modality: str,
+    evaluation_data: Any,
+    evaluation_samples: int,
+    calibration: Examples | None,
+    calibration_samples: int,
+) -> tuple[Examples, int]:
+    """Evaluation examples and their start index: the given data; else the calibration data's examples after the
+    calibration samples (held out); else the built-in probes."""
+    if evaluation_data is not None:
+        return load_examples(evaluation_data, modality).take(0, evaluation_samples), 0
+    if calibration is not None and len(calibration) > calibration_samples:
+        return calibration.take(calibration_samples, evaluation_samples), calibration_samples
+    if calibration is not None:
+        raise ConversionError(
+            f"The calibration data has only {len(calibration)} examples, none left over for evaluation after "
+            f"{calibration_samples} calibration samples: give evaluation data or fewer calibration samples."
+        )
+    return probe_examples(modality), 0
+
+
+def convert(
+    source: str | Path,
+    norm_type: str,
+    output: str | Path,
+    *,
+    options: dict[str, Any] | None = None,
+    calibration_data: Any = None,
+    calibration_samples: int = 64,
+    evaluation_data: Any = None,
+    evaluation_samples: int = 64,
+    max_length: int = 128,
+    batch_size: int = 16,
+    fold: bool = False,
+    overwrite: bool = False,
+    allow_pickle: bool = False,
+    revision: str | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
+
+    `options` are norm option fields (`NormOptions`) over the exact defaults; `calibration_data` (required for DyT)
+    and `evaluation_data` are anything `calibration.load_examples` takes (a `.txt` file, a folder of images, a saved
+    or in-memory `datasets.Dataset`, a list). Without evaluation data, the calibration examples after the first
+    `calibration_samples` are held out for evaluation, or, with no data at all, built-in probe inputs are used.
+    Returns the report that is also written beside the checkpoint.
+    """
+    merged, exact = norm_options(norm_type, options)
+    if norm_type == "dyt" and calibration_data is None:
+        raise ConversionError(
+            "DyT cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: a .txt "
+            "file, a folder of images, or a saved datasets folder)."
+        )
+    checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle)
+    source_model = inspect_source(checkpoint)
+    if fold and source_model.family == "bert":
+        raise ConversionError(POST_LN_MESSAGE)
+    target = Path(output)
+    if target.exists() and not overwrite:  # fail before the slow part; staged_output checks again
+        raise ConversionError(f"Output {target} already exists; pass --overwrite (overwrite=True) to replace it.")
+
+    modality = source_model.modality
+    processor = load_processor(checkpoint.path, modality)
+    calibration = load_examples(calibration_data, modality) if calibration_data is not None else None
+    if (calibration is not None or evaluation_data is not None) and processor is None:
+        raise ConversionError(
+            f"{checkpoint.source} has no {'tokenizer' if modality == 'text' else 'image processor'} to encode the data with."
+        )
+    if processor is None:  # nothing to encode real data with: fixed random inputs still compare the two models
+        evaluation_batches = [_raw_probe_batch(checkpoint)]
+        evaluation = Examples([None] * len(next(iter(evaluation_batches[0].values()))), RAW_PROBES, modality)
+        evaluation_start = 0
+    else:
+        evaluation, evaluation_start = evaluation_examples(
+            modality, evaluation_data, evaluation_samples, calibration, calibration_samples
+        )
+        evaluation_batches = encode_batches(processor, evaluation, batch_size, max_length)
+
+    teacher = load_teacher(checkpoint, source_model)
+    student = load_student(checkpoint, source_model, norm_type, merged)
+    norm_names = norms_in_forward_order(teacher, evaluation_batches[0])
+    stages, calibration_report = {}, None
+    if norm_type == "dyt":
+        stages["naive"] = measure_fidelity(student, teacher, evaluation_batches, norm_names)
+        examples = calibration.take(0, calibration_samples)
+        result = calibrate_dyt(
+            student, teacher, encode_batches(processor, examples, batch_size, max_length), norm_names, progress=progress
+        )
+        stages["calibrated"] = measure_fidelity(student, teacher, evaluation_batches, norm_names)
+        calibration_report = {
+            "data": examples.description,
+            "samples": len(examples),
+            "method": result.method,
+            "seconds": round(result.seconds, 3),
+        }
+    else:
+        stages["exact" if exact else "naive"] = measure_fidelity(student, teacher, evaluation_batches, norm_names)
+
+    folding = None
+    if fold:
+        folding = fold_and_check(student, evaluation_batches)
+
+    report = {
+        "hf_norms_version": VERSION,
+        "source": str(source),
+        "source_revision": checkpoint.revision,
+        "family": source_model.family,
+        "architecture": source_model.norm_architecture,
+        "norm_type": norm_type,
+        "exact": exact,
+        "options": {name: getattr(student.config, name) for name in OPTION_FIELDS},
+        "folded": fold,
+        "calibration": calibration_report,
+        "healing": None,
+        "evaluation": {
+            "data": evaluation.description,
+            "samples": len(evaluation),
+            "start": evaluation_start,
+            "max_length": max_length,
+            "pooling": "mean" if modality == "text" else "cls",
+        },
+        "stages": stages,
+    }
+    if folding is not None:
+        report["folding"] = folding
+    with staged_output(target, overwrite=overwrite, protected=checkpoint.path) as staging:
+        save_checkpoint(student, processor, staging)
+        write_report(staging, report)
+    return report
+
+
+def _raw_probe_batch(checkpoint: SourceCheckpoint) -> dict:
+    """Model inputs for a checkpoint without tokenizer or image processor: fixed random token ids or pixels."""
+    config = json.loads((checkpoint.path / "config.json").read_text())
+    generator = torch.Generator().manual_seed(0)
+    if "vocab_size" in config:
+        input_ids = torch.randint(5, config["vocab_size"], (4, 32), generator=generator)
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    size = config.get("image_size", 224)
+    return {"pixel_values": torch.randn(4, config.get("num_channels", 3), size, size, generator=generator)}
+
+
+def fold_and_check(model: nn.Module, batches: list[dict]) -> dict[str, Any]:
+    """Fold `model`'s norm affines (see `folding`) and check the folded model computes what the unfolded one did.
+
+    Folding is exact algebra, but float32 rounds the reordered products differently; to show how large that is
+    against float32's own error, both models are also compared with the unfolded model evaluated in float64.
+    """
+
+    def outputs(network: nn.Module, batch: dict) -> torch.Tensor:
+        if next(network.parameters()).dtype == torch.float64:
+            batch = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
+        with torch.no_grad():
+            result = run_model(network, batch)
+        return next(v for k, v in result.items() if k in ("logits", "last_hidden_state", "reconstruction"))
+
+    def max_diff(first: list[torch.Tensor], second: list[torch.Tensor]) -> float:
+        return max((a.double() - b.double()).abs().max().item() for a, b in zip(first, second, strict=True))
+
+    exact = [outputs(copy.deepcopy(model).double(), batch) for batch in batches]
+    before = [outputs(model, batch) for batch in batches]
+    result = fold_norms(model)
+    after = [outputs(model, batch) for batch in batches]
+    return {
+        "folded": result.folded,
+        "skipped": result.skipped,
+        "max_abs_diff_to_unfolded": max_diff(after, before),
+        "max_abs_output": max(ref.abs().max().item() for ref in before),  # float32 rounding scales with this
+        "max_abs_diff_to_float64": {"unfolded": max_diff(before, exact), "folded": max_diff(after, exact)},
+    }
+
+
+def save_checkpoint(model: nn.Module, processor, folder: Path) -> None:
+    """Weights (safetensors), config with the full auto_map, remote code files, and the tokenizer/image processor."""
+    with quiet_transformers():
+        model.save_pretrained(folder)
+        if processor is not None:
+            processor.save_pretrained(folder)

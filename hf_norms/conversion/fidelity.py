@@ -1,0 +1,131 @@
+"""How far a converted model is from its LayerNorm original.
+
+`measure_fidelity` runs the original (teacher) and the converted model (student) on the same evaluation batches and
+returns, for one stage of the conversion (naive, calibrated, healed or exact):
+
+- `end_to_end`: `max_abs_diff` over the final hidden states (real tokens) and the logits; `mean_cosine`, the mean over
+  examples of the cosine between pooled final hidden states (mean over real tokens for text, the [CLS] token for
+  images); and, where the model has a head with logits, `top1_agreement` (fraction of rows whose argmax agrees) and
+  `kl_divergence` (mean over rows of `KL(softmax(teacher) || softmax(student))`), else null;
+- `per_norm`: for every replaced norm, `||y - y_ln|| / ||y_ln||` over all real tokens, with `y` the converted norm's
+  output and `y_ln` the original LayerNorm's output at the same place.
+
+The report files that hold these figures are written by `report.write_report`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data import real_token_mask, run_model
+
+# Examples per forward pass while comparing: the teacher's norm outputs are held until the student's are computed, and
+# at 224 px each example's 25 norm outputs and activations take tens of MB.
+EXAMPLES_PER_FORWARD = 2
+LOGIT_FIELDS = ("logits", "prediction_logits", "start_logits")
+
+
+def forward_with_norms(
+    model: nn.Module, batch: dict, norm_names: Sequence[str], on_norm: Callable[[str, torch.Tensor], None] | None = None
+) -> dict[str, Any]:
+    """One forward pass; returns `final` (`[batch, seq_len, hidden]`, the base model's last hidden state), `logits`
+    (or None) and `norms` (`{name: [batch, seq_len, hidden]}`, each named module's output). With `on_norm`, each norm's
+    output goes to `on_norm(name, output)` as it is computed instead, and `norms` stays empty."""
+    captured: dict[str, torch.Tensor] = {}
+    keep = on_norm or captured.__setitem__
+    handles = [
+        model.get_submodule(name).register_forward_hook(lambda _m, _a, output, name=name: keep(name, output))
+        for name in norm_names
+    ]
+    base = {}
+    handles.append(model.base_model.register_forward_hook(lambda _m, _a, output: base.__setitem__("out", output)))
+    try:
+        with torch.no_grad():
+            outputs = run_model(model, batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    final = base["out"][0] if isinstance(base["out"], tuple) else base["out"].last_hidden_state
+    logits = next((getattr(outputs, f) for f in LOGIT_FIELDS if getattr(outputs, f, None) is not None), None)
+    return {"final": final, "logits": logits, "norms": captured}
+
+
+def pooled(final: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`[batch, hidden]`: the mean over real tokens (text) or the [CLS] token (images) of `[batch, seq_len, hidden]`."""
+    if mask is None:
+        return final[:, 0]
+    weights = mask.unsqueeze(-1).to(final.dtype)
+    return (final * weights).sum(1) / weights.sum(1).clamp_min(1)
+
+
+def _real_tokens(mask: torch.Tensor | None):
+    """`[batch, seq_len, ...] -> [tokens, ...]` keeping real tokens (text), or the identity (images)."""
+    return (lambda tensor: tensor[mask]) if mask is not None else (lambda tensor: tensor)
+
+
+def _logit_rows(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`[rows, classes]`: per-example logits as they are, per-token logits of the real tokens only."""
+    if logits.dim() == 3 and mask is not None and logits.shape[:2] == mask.shape:
+        return logits[mask]
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def split_batch(batch: dict, size: int) -> list[dict]:
+    """`batch` as consecutive parts of at most `size` examples (every value's first dimension is the example)."""
+    count = len(next(iter(batch.values())))
+    return [{key: value[start : start + size] for key, value in batch.items()} for start in range(0, count, size)]
+
+
+def measure_fidelity(
+    student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str]
+) -> dict[str, Any]:
+    """End-to-end and per-norm fidelity of `student` to `teacher` on `batches` (see module docstring), compared
+    `EXAMPLES_PER_FORWARD` examples at a time."""
+    student_training, teacher_training = student.training, teacher.training
+    student.eval(), teacher.eval()
+    max_abs, cosines, agree, kl, rows = 0.0, [], 0.0, 0.0, 0
+    squared_error = dict.fromkeys(norm_names, 0.0)
+    squared_norm = dict.fromkeys(norm_names, 0.0)
+    has_logits = True
+    try:
+        for batch in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
+            mask = real_token_mask(batch)
+            select = _real_tokens(mask)
+            theirs = forward_with_norms(teacher, batch, norm_names)
+
+            def compare(name: str, output: torch.Tensor, theirs: dict = theirs, select: Callable = select) -> None:
+                """Each student norm output is compared as it is computed (and the teacher's then dropped), so the
+                two models' norm outputs are never all held at once."""
+                reference = select(theirs["norms"].pop(name)).double()
+                squared_error[name] += (select(output).double() - reference).pow(2).sum().item()
+                squared_norm[name] += reference.pow(2).sum().item()
+
+            ours = forward_with_norms(student, batch, norm_names, on_norm=compare)
+            max_abs = max(max_abs, (select(ours["final"]) - select(theirs["final"])).abs().max().item())
+            cosines.append(F.cosine_similarity(pooled(ours["final"], mask), pooled(theirs["final"], mask), dim=-1))
+            if ours["logits"] is None or theirs["logits"] is None:
+                has_logits = False
+            else:
+                student_rows = _logit_rows(ours["logits"], mask).double()
+                teacher_rows = _logit_rows(theirs["logits"], mask).double()
+                max_abs = max(max_abs, (student_rows - teacher_rows).abs().max().item())
+                agree += (student_rows.argmax(-1) == teacher_rows.argmax(-1)).sum().item()
+                log_p, log_q = teacher_rows.log_softmax(-1), student_rows.log_softmax(-1)
+                kl += (log_p.exp() * (log_p - log_q)).sum(-1).sum().item()
+                rows += teacher_rows.shape[0]
+    finally:
+        student.train(student_training), teacher.train(teacher_training)
+    end_to_end = {
+        "max_abs_diff": max_abs,
+        "mean_cosine": torch.cat(cosines).double().mean().item(),
+        "top1_agreement": agree / rows if has_logits and rows else None,
+        "kl_divergence": kl / rows if has_logits and rows else None,
+    }
+    per_norm = {name: math.sqrt(squared_error[name] / max(squared_norm[name], 1e-30)) for name in norm_names}
+    return {"end_to_end": end_to_end, "per_norm": per_norm}

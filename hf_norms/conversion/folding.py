@@ -1,0 +1,109 @@
+"""Fold a norm's per-channel affine (gamma/beta, DyT's weight/bias) into the Linear layers that read its output.
+
+A norm ending in `y = weight * z + bias` (`z` the normalised input: `(x - mean) / std` for LayerNorm, `tanh(alpha x)`
+for DyT, DTN's mixed statistics) that feeds only Linear layers `W y + c` can hand its affine over to them:
+
+    W (weight * z + bias) + c = (W diag(weight)) z + (c + W bias),  so  W' = W diag(weight),  c' = c + W bias,
+
+after which the norm keeps weight 1 and bias 0 (DyT keeps its alpha), and the checkpoint is still a normal one.
+
+Where this holds, in the pre-LN ViT and DeiT: `layernorm_before` feeds q/k/v only, `layernorm_after` feeds fc1 only,
+and the final `layernorm` feeds only a linear classification head (when there is one; otherwise its output is the
+model's output and stays as it is). Where it does not:
+
+- BERT is post-LN: each norm's output is also the residual stream, and the MLM head's decoder shares its weight with
+  the word embeddings; nothing can be folded there.
+- LaPE adds its normalised position embedding after `layernorm_before` (`attn(norm(x) + pos)`): folding that norm
+  would rescale pos's contribution, so it stays unfolded.
+- SepNorm folds only while its prefix norm is a LayerNorm with the same affine as the token norm (as right after an
+  exact conversion); a BatchNorm prefix norm or a different prefix affine stays unfolded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..models.norms import DynamicTanh, DynamicTokenNorm, SeparateNorm
+from .checkpoint_io import ConversionError
+
+POST_LN_MESSAGE = (
+    "BERT is post-LN: every norm's output also feeds the residual stream (and the MLM head's decoder is tied to the "
+    "word embeddings), so gamma/beta cannot be folded into the next Linear layers without changing the model. "
+    "--fold works for the pre-LN ViT and DeiT only; convert this model without --fold."
+)
+HEAD_LINEARS = ("classifier", "cls_classifier", "distillation_classifier")
+
+
+@dataclass
+class FoldResult:
+    """`folded`: `{norm name: [Linear names]}` that absorbed its affine; `skipped`: `{norm name: reason}`."""
+
+    folded: dict[str, list[str]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def fold_targets(model: nn.Module) -> dict[str, list[str]]:
+    """`{norm name: [names of the Linear layers that are its only readers]}` for a ViT/DeiT model (see module doc)."""
+    family = model.config.model_type
+    if family.startswith("bert"):
+        raise ConversionError(POST_LN_MESSAGE)
+    base = model.base_model
+    prefix = "" if base is model else f"{model.base_model_prefix}."
+    targets = {}
+    for index in range(len(base.layers)):
+        layer = f"{prefix}layers.{index}"
+        targets[f"{layer}.layernorm_before"] = [f"{layer}.attention.{p}_proj" for p in "qkv"]
+        targets[f"{layer}.layernorm_after"] = [f"{layer}.mlp.fc1"]
+    heads = [name for name in HEAD_LINEARS if isinstance(getattr(model, name, None), nn.Linear)]
+    if heads:
+        targets[f"{prefix}layernorm"] = heads
+    return targets
+
+
+def fold_norms(model: nn.Module) -> FoldResult:
+    """Fold the affine of every foldable norm of a ViT/DeiT `model` into its reader Linears, in place."""
+    result = FoldResult()
+    lape = model.config.norm_type == "lape"
+    for norm_name, linear_names in fold_targets(model).items():
+        norm = model.get_submodule(norm_name)
+        reason = _why_not_foldable(norm, lape and norm_name.endswith("layernorm_before"))
+        if reason:
+            result.skipped[norm_name] = reason
+            continue
+        linears = [model.get_submodule(name) for name in linear_names]
+        with torch.no_grad():
+            weight, bias = norm.weight.double(), norm.bias.double()
+            for linear in linears:
+                matrix = linear.weight.double()
+                if linear.bias is None:
+                    raise ConversionError(
+                        f"Cannot fold {norm_name} into a Linear without bias; it has no place for beta."
+                    )
+                linear.bias.copy_((linear.bias.double() + matrix @ bias).to(linear.bias.dtype))
+                linear.weight.copy_((matrix * weight[None, :]).to(linear.weight.dtype))
+            norm.weight.fill_(1.0)
+            norm.bias.zero_()
+            if isinstance(norm, SeparateNorm):
+                norm.prefix_norm.weight.fill_(1.0)
+                norm.prefix_norm.bias.zero_()
+        result.folded[norm_name] = linear_names
+    return result
+
+
+def _why_not_foldable(norm: nn.Module, adds_position_after: bool) -> str | None:
+    """None when `norm`'s output is `weight * z + bias` with `z` independent of weight/bias, else the reason."""
+    if adds_position_after:
+        return "LaPE adds the position embedding after this norm: folding would rescale its contribution"
+    if isinstance(norm, SeparateNorm):
+        prefix = norm.prefix_norm
+        if not isinstance(prefix, nn.LayerNorm):
+            return "SepNorm's prefix norm is a BatchNorm with its own affine"
+        if not (torch.equal(prefix.weight, norm.weight) and torch.equal(prefix.bias, norm.bias)):
+            return "SepNorm's prefix norm has a different affine from its token norm"
+        return None
+    if isinstance(norm, (nn.LayerNorm, DynamicTanh, DynamicTokenNorm)):
+        return None
+    return f"{type(norm).__name__} is not a norm with a per-channel affine"

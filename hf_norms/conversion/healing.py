@@ -1,0 +1,410 @@
+"""Heal a converted checkpoint by distillation from its LayerNorm original, through the `transformers.Trainer`.
+
+    hf-norms heal DIR --data DATA [--max-steps N] [--resume]
+
+The student is the converted model in `DIR` (all its parameters train); the teacher is the original model named in
+`DIR/conversion_report.json` (or `--teacher`), frozen in eval mode. On unlabeled examples, per batch:
+
+    loss = hidden_state_weight * sum over hidden states l of ||h_l - t_l||^2 / ||t_l||^2  (every layer, real tokens)
+         + ||f - g||^2 / ||g||^2 + cosine_weight * (1 - cos(pool(f), pool(g)))   (final hidden states f, g)
+         + KL(softmax(teacher logits) || softmax(student logits))          (heads with logits)
+
+with `pool` the mean over real tokens (text) or the [CLS] token (images). Checkpoints go to a work folder beside `DIR`
+every `save_steps`, so an interrupted run continues with `--resume` (`resume_from_checkpoint`). At the end the healed
+weights replace `DIR`'s (or go to `--output`), and the report gains the `healed` stage and a `healing` entry.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import nn
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from ..models.auto_registration import MODEL_CLASSES
+from .checkpoint_io import ConversionError, SourceCheckpoint, replace_folder, resolve_source, staged_output
+from .convert import inspect_source, load_processor, load_teacher, quiet_transformers, save_checkpoint
+from .data import Examples, encode_batches, load_examples, probe_examples, real_token_mask
+from .fidelity import measure_fidelity, pooled
+from .report import REPORT_JSON, read_report, write_report
+
+COSINE_WEIGHT = 10.0
+HIDDEN_STATE_WEIGHT = 1.0
+
+
+def loss_description(cosine_weight: float, hidden_state_weight: float) -> str:
+    return (
+        f"{hidden_state_weight:g} * sum over hidden states of ||h - t||^2/||t||^2 + final-state ||f - g||^2/||g||^2 "
+        f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + KL(teacher || student) of logits where a head "
+        "exists"
+    )
+
+
+def distillation_loss(
+    student_outputs,
+    teacher_outputs,
+    student_final,
+    teacher_final,
+    mask,
+    cosine_weight: float = COSINE_WEIGHT,
+    hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+) -> torch.Tensor:
+    """The healing loss of the module docstring for one batch; `mask` is `[batch, seq_len]` bool or None (images)."""
+
+    def relative_mse(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+        ours, theirs = ours.float(), theirs.float()  # bf16 autocast gives half-precision states
+        if mask is not None:
+            ours, theirs = ours[mask], theirs[mask]
+        return (ours - theirs).pow(2).mean() / theirs.pow(2).mean().clamp_min(1e-12)
+
+    loss = hidden_state_weight * sum(
+        relative_mse(h, t) for h, t in zip(student_outputs.hidden_states, teacher_outputs.hidden_states, strict=True)
+    )
+    loss = loss + relative_mse(student_final, teacher_final)
+    cosine = F.cosine_similarity(pooled(student_final.float(), mask), pooled(teacher_final.float(), mask), dim=-1)
+    loss = loss + cosine_weight * (1 - cosine).mean()
+    student_logits = getattr(student_outputs, "logits", None)
+    teacher_logits = getattr(teacher_outputs, "logits", None)
+    if student_logits is not None and teacher_logits is not None:
+        rows = (lambda t: t[mask]) if mask is not None and student_logits.dim() == 3 else (lambda t: t)
+        log_q = rows(student_logits).flatten(0, -2).float().log_softmax(-1)
+        log_p = rows(teacher_logits).flatten(0, -2).float().log_softmax(-1)
+        loss = loss + F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
+    return loss
+
+
+class DistillationTrainer(Trainer):
+    """A `Trainer` whose loss distils the frozen `teacher` into the trained model (see `distillation_loss`).
+
+    Its learning rate warms up linearly over `warmup_steps`, then decays linearly to zero at `max_steps` or, with
+    `max_minutes`, at that time budget, whichever comes first: a run cut short by time still ends at a small rate.
+    """
+
+    def __init__(
+        self,
+        *args,
+        teacher: nn.Module,
+        max_minutes: float | None = None,
+        cosine_weight: float = COSINE_WEIGHT,
+        hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.budget_seconds = None if max_minutes is None else 60.0 * max_minutes
+        self.loss_weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight}
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            started, warmup = time.monotonic(), self.args.warmup_steps
+
+            def factor(step: int) -> float:
+                progress = step / max(1, num_training_steps)
+                if self.budget_seconds:
+                    progress = max(progress, (time.monotonic() - started) / self.budget_seconds)
+                warm = (step + 1) / (warmup + 1) if step < warmup else 1.0
+                return warm * max(0.0, 1.0 - progress)
+
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+        return self.lr_scheduler
+
+    def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
+        finals = {}
+
+        def keep_final(name: str):
+            return lambda _m, _a, output: finals.__setitem__(
+                name, output[0] if isinstance(output, tuple) else output.last_hidden_state
+            )
+
+        handles = [
+            _unwrap(model).base_model.register_forward_hook(keep_final("student")),
+            self.teacher.base_model.register_forward_hook(keep_final("teacher")),
+        ]
+        try:
+            self.teacher.to(next(model.parameters()).device)
+            with torch.no_grad():
+                teacher_outputs = self.teacher(**inputs, output_hidden_states=True)
+            student_outputs = model(**inputs, output_hidden_states=True)
+        finally:
+            for handle in handles:
+                handle.remove()
+        loss = distillation_loss(
+            student_outputs,
+            teacher_outputs,
+            finals["student"],
+            finals["teacher"],
+            real_token_mask(inputs),
+            **self.loss_weights,
+        )
+        return (loss, student_outputs) if return_outputs else loss
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)
+
+
+class TimeLimit(TrainerCallback):
+    """Stop training (and save a checkpoint to resume from) once `minutes` have passed."""
+
+    def __init__(self, minutes: float | None):
+        self.deadline = None if minutes is None else time.monotonic() + 60 * minutes
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def training_examples(processor, examples: Examples, max_length: int) -> list[dict]:
+    """One training example per `max_length`-token window of every text (long texts give several), or per image."""
+    if examples.modality == "text":
+        encoded = processor(
+            examples.items,
+            truncation=True,
+            max_length=max_length,
+            return_overflowing_tokens=True,
+            stride=0,
+        )
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoded]
+        return [{k: encoded[k][i] for k in keys} for i in range(len(encoded["input_ids"]))]
+    return [
+        {"pixel_values": batch["pixel_values"][0]}
+        for batch in encode_batches(processor, examples, batch_size=1, max_length=max_length)
+    ]
+
+
+def heal(
+    folder: str | Path,
+    data: Any,
+    *,
+    teacher: str | None = None,
+    output: str | Path | None = None,
+    samples: int | None = None,
+    max_steps: int = 300,
+    max_minutes: float | None = None,
+    batch_size: int = 8,
+    max_length: int = 128,
+    learning_rate: float = 2e-4,
+    warmup_steps: int = 10,
+    save_steps: int = 50,
+    cosine_weight: float = COSINE_WEIGHT,
+    hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+    bf16: bool = False,
+    evaluation_data: Any = None,
+    work_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    allow_pickle: bool = False,
+    progress: bool = True,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Distil the converted checkpoint `folder` from its original on `data` (unlabeled; anything `load_examples`
+    takes); write the healed checkpoint to `output` (default: `folder`, replaced when complete) and return the report.
+
+    Training runs `max_steps` AdamW steps, or stops after `max_minutes`, whichever comes first; the learning rate warms
+    up over `warmup_steps` (at most a third of the steps) and decays linearly to zero at whichever end comes first.
+    With `resume`, it continues from the last checkpoint in `work_dir` (default: `.<folder name>.healing` beside the
+    folder), which is removed after success. Evaluation uses the report's evaluation examples when their source is a
+    path, else `evaluation_data`; examples of the evaluation range are left out of training when both come from the
+    same source.
+    """
+    folder = Path(folder).resolve()
+    if not (folder / REPORT_JSON).is_file():
+        raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
+    report = read_report(folder)
+    target = Path(output).resolve() if output is not None else folder
+    if target != folder and target.exists() and not overwrite:
+        raise ConversionError(f"Output {target} already exists; pass --overwrite (overwrite=True) to replace it.")
+    source = resolve_source(
+        teacher or report["source"],
+        revision=None if teacher else report["source_revision"],
+        allow_pickle=allow_pickle,
+    )
+    source_model = inspect_source(source)
+    modality = source_model.modality
+    processor = load_processor(folder, modality)
+    if processor is None:
+        raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
+
+    evaluation, evaluation_source = _evaluation_examples(report, modality, evaluation_data)
+    examples = load_examples(data, modality)
+    if evaluation_source is not None and _same_path(data, evaluation_source):
+        start, count = report["evaluation"]["start"], report["evaluation"]["samples"]
+        examples = Examples(examples.items[:start] + examples.items[start + count :], examples.description, modality)
+    examples = examples.take(0, samples)
+    if len(examples) == 0:
+        raise ConversionError(
+            f"No healing examples left in {examples.description} after holding out the evaluation set."
+        )
+
+    with quiet_transformers():
+        student = MODEL_CLASSES[report["architecture"]].from_pretrained(folder, dtype=torch.float32)
+    teacher_model = load_teacher(source, source_model)
+    train_examples = training_examples(processor, examples, max_length)
+    work = Path(work_dir) if work_dir is not None else folder.parent / f".{folder.name}.healing"
+    if work.exists() and not resume:
+        shutil.rmtree(work)
+    resumed_from = _last_checkpoint_step(work) if resume else None
+    started = time.perf_counter()
+    steps = train(
+        student,
+        teacher_model,
+        processor,
+        train_examples,
+        work,
+        modality=modality,
+        max_steps=max_steps,
+        max_minutes=max_minutes,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+        save_steps=save_steps,
+        loss_weights={"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight},
+        bf16=bf16,
+        resume=resume,
+        progress=progress,
+        seed=seed,
+    )
+    seconds = time.perf_counter() - started
+
+    evaluation_batches = encode_batches(processor, evaluation, batch_size, report["evaluation"].get("max_length", 128))
+    norm_names = list(next(iter(report["stages"].values()))["per_norm"])
+    report["stages"]["healed"] = measure_fidelity(student, teacher_model, evaluation_batches, norm_names)
+    report["healing"] = {
+        "data": examples.description,
+        "samples": len(examples),
+        "steps": steps,
+        "seconds": round(seconds, 1),
+        "loss": loss_description(cosine_weight, hidden_state_weight),
+        "learning_rate": learning_rate,
+        "batch_size": batch_size,
+        "max_length": max_length,
+        "bf16": bf16,
+        "training_examples": len(train_examples),
+        "resumed_from_step": resumed_from,
+    }
+    _save_healed(student, processor, folder, target, report, source)
+    if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _same_path(data: Any, path: str) -> bool:
+    return isinstance(data, (str, Path)) and Path(data).resolve() == Path(path).resolve()
+
+
+def _last_checkpoint_step(work: Path) -> int | None:
+    """The step of the newest Trainer checkpoint in `work`, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(work)) if work.is_dir() else None
+    return int(Path(last).name.split("-")[-1]) if last else None
+
+
+def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> tuple[Examples, str | None]:
+    """The report's evaluation examples when they can be reloaded (returns their source too), else `evaluation_data`."""
+    recorded = report["evaluation"]
+    if evaluation_data is not None:
+        return load_examples(evaluation_data, modality).take(0, recorded["samples"]), None
+    if recorded["data"].startswith("built-in"):
+        return probe_examples(modality, recorded["samples"]), None
+    if Path(recorded["data"]).exists():
+        examples = load_examples(recorded["data"], modality).take(recorded["start"], recorded["samples"])
+        return examples, recorded["data"]
+    raise ConversionError(
+        f"The conversion was evaluated on {recorded['data']!r}, which cannot be reloaded: give --eval-data."
+    )
+
+
+def train(
+    student: nn.Module,
+    teacher: nn.Module,
+    processor,
+    examples: list[dict],
+    work: Path,
+    *,
+    modality: str,
+    max_steps: int,
+    max_minutes: float | None,
+    batch_size: int,
+    learning_rate: float,
+    warmup_steps: int,
+    save_steps: int,
+    loss_weights: dict[str, float],
+    bf16: bool,
+    resume: bool,
+    progress: bool,
+    seed: int,
+) -> int:
+    """Run the `DistillationTrainer` (CPU) on `examples`; returns the number of optimizer steps done in total."""
+    collator = (
+        transformers.DataCollatorWithPadding(processor) if modality == "text" else transformers.default_data_collator
+    )
+    args = TrainingArguments(
+        output_dir=str(work),
+        use_cpu=True,
+        max_steps=max_steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        weight_decay=0.0,
+        warmup_steps=min(warmup_steps, max_steps // 3),
+        max_grad_norm=1.0,
+        bf16=bf16,
+        logging_steps=max(1, min(10, max_steps // 10)),
+        save_strategy="steps",
+        save_steps=save_steps,
+        save_total_limit=1,
+        report_to="none",
+        disable_tqdm=not progress,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        seed=seed,
+        data_seed=seed,
+    )
+    _disable_dropout(student)
+    trainer = DistillationTrainer(
+        model=student,
+        args=args,
+        teacher=teacher,
+        max_minutes=max_minutes,
+        **loss_weights,
+        train_dataset=examples,
+        data_collator=collator,
+        callbacks=[TimeLimit(max_minutes)],
+    )
+    trainer.train(resume_from_checkpoint=True if resume and _last_checkpoint_step(work) is not None else None)
+    student.eval()
+    return trainer.state.global_step
+
+
+def _disable_dropout(model: nn.Module) -> None:
+    """Distillation matches the teacher's deterministic (eval) outputs: the student trains without dropout."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+
+
+def _save_healed(
+    student: nn.Module, processor, folder: Path, target: Path, report: dict, source: SourceCheckpoint
+) -> None:
+    """Write the healed checkpoint (the folder's other files kept) to `target`, replacing it only when complete."""
+    if target == folder:
+        staging = Path(shutil.copytree(folder, folder.parent / f".{folder.name}.healed-{time.time_ns()}"))
+        try:
+            save_checkpoint(student, processor, staging)
+            write_report(staging, report)
+            replace_folder(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return
+    with staged_output(target, overwrite=True, protected=source.path) as staging:
+        shutil.copytree(folder, staging, dirs_exist_ok=True)
+        save_checkpoint(student, processor, staging)
+        write_report(staging, report)

@@ -1,0 +1,140 @@
+"""The conversion report beside every converted checkpoint: `conversion_report.json`, `.md` and `.png`.
+
+The JSON holds what was converted and how (source, norm_type, options, calibration, healing, evaluation data) and, per
+stage (naive, calibrated, healed, exact), the fidelity measured by `fidelity.measure_fidelity`. The Markdown renders it
+as tables; the PNG plots each stage's per-norm relative error against the norm's position in the forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+REPORT_JSON = "conversion_report.json"
+REPORT_MD = "conversion_report.md"
+REPORT_PNG = "conversion_report.png"
+STAGE_ORDER = ("naive", "calibrated", "healed", "exact")
+
+
+def read_report(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / REPORT_JSON
+    return json.loads(path.read_text())
+
+
+def _float64_comparison(errors: dict[str, float] | None) -> str:
+    if not errors:
+        return ""
+    return (
+        f" (float32 rounding: to the unfolded model computed in float64, the unfolded model is "
+        f"{_number(errors['unfolded'])} off and the folded one {_number(errors['folded'])})"
+    )
+
+
+def write_report(folder: str | Path, report: dict[str, Any]) -> None:
+    """Write the JSON, Markdown and PNG forms of `report` into `folder`."""
+    folder = Path(folder)
+    report = {**report, "stages": {s: report["stages"][s] for s in STAGE_ORDER if s in report["stages"]}}
+    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n")
+    (folder / REPORT_MD).write_text(report_markdown(report))
+    plot_per_norm_error(report, folder / REPORT_PNG)
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}g}" if abs(value) < 1e-3 and value != 0 else f"{value:.{digits}f}"
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: what was converted and how, then end-to-end and per-norm tables by stage."""
+    stages = report["stages"]
+    lines = [
+        f"# Conversion report: {report['architecture']} to `{report['norm_type']}`",
+        "",
+        f"- Source: `{report['source']}`"
+        + (f" (revision `{report['source_revision']}`)" if report["source_revision"] else ""),
+        f"- Family: {report['family']}; norm_type: `{report['norm_type']}`; exact conversion: {'yes' if report['exact'] else 'no'}",
+        f"- Norm options: `{json.dumps(report['options'])}`",
+        f"- Folded affine parameters into the next Linear layers: {'yes' if report['folded'] else 'no'}",
+        f"- hf-norms version: {report['hf_norms_version']}",
+    ]
+    calibration, healing, evaluation = report.get("calibration"), report.get("healing"), report["evaluation"]
+    if calibration:
+        lines.append(
+            f"- Calibration: {calibration['samples']} examples from `{calibration['data']}`, "
+            f"{calibration['seconds']:.1f} s; {calibration['method']}"
+        )
+    if healing:
+        lines.append(
+            f"- Healing: {healing['steps']} steps on {healing['samples']} examples from `{healing['data']}`, "
+            f"{healing['seconds']:.0f} s; loss: {healing['loss']}"
+        )
+    folding = report.get("folding")
+    if folding:
+        skipped = "; ".join(f"`{name}`: {reason}" for name, reason in folding["skipped"].items()) or "none"
+        lines.append(
+            f"- Folding: {len(folding['folded'])} norms folded (skipped: {skipped}); max abs diff to the unfolded "
+            f"model {_number(folding['max_abs_diff_to_unfolded'])}"
+            + _float64_comparison(folding.get("max_abs_diff_to_float64"))
+        )
+    pooling = "mean over real tokens" if evaluation.get("pooling") == "mean" else "the [CLS] token"
+    lines.append(f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`; pooling: {pooling}")
+    if report["family"] == "bert" and report["norm_type"] == "dyt":
+        lines.append("- Note: BERT is post-LN; DyT was not tested on post-LN models by its authors (experimental).")
+    lines += [
+        "",
+        "## End to end",
+        "",
+        "Max abs diff over the final hidden states and logits; mean cosine of the pooled final hidden states; top-1 "
+        "agreement and KL(original || converted) of the logits where the model has a head.",
+        "",
+        "| stage | max abs diff | mean cosine | top-1 agreement | KL divergence |",
+        "|---|---|---|---|---|",
+    ]
+    for stage, metrics in stages.items():
+        e2e = metrics["end_to_end"]
+        lines.append(
+            f"| {stage} | {_number(e2e['max_abs_diff'])} | {_number(e2e['mean_cosine'])} | "
+            f"{_number(e2e['top1_agreement'])} | {_number(e2e['kl_divergence'])} |"
+        )
+    names = list(next(iter(stages.values()))["per_norm"]) if stages else []
+    lines += [
+        "",
+        "## Per norm: relative error of the output, ||y - y_ln|| / ||y_ln||",
+        "",
+        "| norm | " + " | ".join(stages) + " |",
+        "|---" * (len(stages) + 1) + "|",
+    ]
+    for name in names:
+        lines.append(f"| `{name}` | " + " | ".join(_number(stages[s]["per_norm"].get(name)) for s in stages) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_per_norm_error(report: dict[str, Any], path: Path) -> None:
+    """A PNG line plot of each stage's per-norm relative error against the norm's position in the forward pass."""
+    from matplotlib.figure import Figure  # without pyplot: no GUI backend, no global state, a faster import
+
+    stages = report["stages"]
+    names = list(next(iter(stages.values()))["per_norm"]) if stages else []
+    figure = Figure(figsize=(max(6.0, 0.35 * len(names) + 2), 4.2), dpi=110)
+    axes = figure.subplots()
+    floor = 1e-9
+    for stage, metrics in stages.items():
+        values = [max(metrics["per_norm"][name], floor) for name in names]
+        axes.plot(range(len(names)), values, marker="o", label=stage)
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(names)))
+    axes.set_xticklabels([_short_name(name) for name in names], rotation=75, fontsize=7)
+    axes.set_ylabel("relative error of the norm output")
+    axes.set_title(f"{report['architecture']}: LayerNorm to {report['norm_type']}", fontsize=10)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def _short_name(name: str) -> str:
+    """`bert.encoder.layer.3.attention.output.LayerNorm` -> `3.attn.LayerNorm` (`output.LayerNorm` -> `ffn.LayerNorm`)."""
+    parts = [p for p in name.split(".") if p not in {"bert", "vit", "deit", "encoder", "layer", "layers"}]
+    return ".".join(parts).replace("attention.output.", "attn.").replace("output.", "ffn.") or name

@@ -1,0 +1,291 @@
+"""What a model card states about a checkpoint folder, read from the files next to the weights.
+
+Everything comes from `config.json` (family, head, norm_type and options), `conversion_report.json` (source,
+conversion, calibration, healing and fidelity, written by `hf_norms.convert`) and the Trainer's `trainer_state.json` /
+`all_results.json` / `eval_results.json` (fine-tuning and its evaluation), plus what the caller knows and the files
+cannot (the Hub id of a source read from a local copy, a license, dataset ids). Nothing is estimated: a number absent
+from those files is absent from the card.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard
+
+from ..models.norm_options import NormOptions
+from ..version import VERSION
+
+REPORT_NAME = "conversion_report.json"
+TRAINER_STATE_NAME = "trainer_state.json"
+TRAINER_RESULT_NAMES = ("eval_results.json", "all_results.json", "train_results.json")
+
+# model_type -> (family tag, family name, config class)
+FAMILIES = {
+    "vit_norm": ("vit", "ViT", "ViTNormConfig"),
+    "deit_norm": ("deit", "DeiT", "DeiTNormConfig"),
+    "bert_norm": ("bert", "BERT", "BertNormConfig"),
+}
+# The head class's suffix -> its Auto class and pipeline task (None where transformers has no pipeline for it).
+HEADS = {
+    "ForImageClassificationWithTeacher": ("AutoModelForImageClassification", "image-classification"),
+    "ForImageClassification": ("AutoModelForImageClassification", "image-classification"),
+    "ForMaskedImageModeling": ("AutoModelForMaskedImageModeling", None),
+    "ForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
+    "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
+    "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
+    "ForQuestionAnswering": ("AutoModelForQuestionAnswering", "question-answering"),
+    "ForMultipleChoice": ("AutoModelForMultipleChoice", None),
+    "ForNextSentencePrediction": ("AutoModelForNextSentencePrediction", None),
+    "ForPreTraining": ("AutoModelForPreTraining", None),
+    "LMHeadModel": ("AutoModelForCausalLM", "text-generation"),
+    "Model": ("AutoModel", None),  # feature extraction; the task depends on the modality
+}
+# Data used by hf-norms (packaged.py; the conversion recipes name data files `<key>-<split>...`) -> the same data on
+# the Hub, for `datasets:` and model-index.
+HUB_DATASETS = {
+    "bbc_news": "SetFit/bbc-news",
+    "fashion_mnist": "zalando-datasets/fashion_mnist",
+}
+STAGES = ("naive", "calibrated", "healed", "exact")
+# report metric -> (model-index metric type, what it measures)
+FIDELITY_METRICS = {
+    "mean_cosine": ("cosine_similarity", "mean cosine similarity to the source model's outputs"),
+    "max_abs_diff": ("max_abs_diff", "max abs difference from the source model's outputs"),
+    "top1_agreement": ("top1_agreement", "top-1 agreement with the source model"),
+    "kl_divergence": ("kl_divergence", "KL divergence from the source model's predictions"),
+}
+# Trainer metrics that describe the run, not the model.
+RUN_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "model_preparation_time")
+
+
+@dataclass
+class TrainingFacts:
+    """A Trainer run on this checkpoint after conversion, as its output files record it."""
+
+    global_step: int | None = None
+    epochs: float | None = None
+    dataset: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # evaluation, without the `eval_` prefix
+
+
+@dataclass
+class CardFacts:
+    """Everything a card states about one checkpoint folder."""
+
+    repo_id: str
+    model_type: str
+    architecture: str
+    norm_type: str
+    norm_options: dict[str, Any]
+    base_model: str | None
+    license: str | None
+    language: str | list[str] | None
+    datasets: list[str]
+    report: dict[str, Any] | None
+    training: TrainingFacts | None
+    tags: list[str]
+    notes: list[str]
+    hf_norms_version: str
+    without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
+
+    @property
+    def model_name(self) -> str:
+        return self.repo_id.split("/")[-1]
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.model_type][0]
+
+    @property
+    def auto_class(self) -> str:
+        return head_of(self.architecture)[0]
+
+    @property
+    def pipeline_tag(self) -> str | None:
+        task = head_of(self.architecture)[1]
+        if task is None and self.auto_class == "AutoModel":
+            task = "feature-extraction" if self.family == "bert" else "image-feature-extraction"
+        return task
+
+    @property
+    def published_stage(self) -> str | None:
+        """The report stage the weights are in: `exact`, else the last of naive, calibrated, healed."""
+        stages = (self.report or {}).get("stages") or {}
+        present = [stage for stage in STAGES if stage in stages]
+        return present[-1] if present else None
+
+    @property
+    def trained_after_conversion(self) -> bool:
+        """Healing (distillation) or fine-tuning changed the weights after the norms were swapped."""
+        return bool((self.report or {}).get("healing")) or self.training is not None
+
+
+def head_of(architecture: str) -> tuple[str, str | None]:
+    """(Auto class, pipeline task) of a model class name, e.g. `BertNormForMaskedLM` -> `AutoModelForMaskedLM`."""
+    for suffix, head in HEADS.items():
+        if architecture.endswith(suffix):
+            return head
+    raise ValueError(f"{architecture!r} is not an hf-norms model class (ViTNorm*, DeiTNorm*, BertNorm*).")
+
+
+def weight_names(folder: Path) -> set[str]:
+    """Names of the tensors in a folder's safetensors weights, read from the headers (empty when there are none)."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return set(read_json(index)["weight_map"])
+    if not (folder / "model.safetensors").is_file():
+        return set()
+    with safe_open(folder / "model.safetensors", framework="pt") as weights:
+        return set(weights.keys())
+
+
+def saved_without_pooler(folder: Path, architecture: str) -> bool:
+    """A bare `*NormModel` whose weights have no pooler: it loads cleanly only with `add_pooling_layer=False`."""
+    names = weight_names(folder)
+    return head_of(architecture)[0] == "AutoModel" and bool(names) and not any("pooler." in name for name in names)
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def non_default_norm_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The NormOptions fields of a config.json that differ from their defaults (norm_type itself excluded)."""
+    options = {}
+    for option in fields(NormOptions):
+        if option.name != "norm_type" and option.name in config and config[option.name] != option.default:
+            options[option.name] = config[option.name]
+    return options
+
+
+def read_training_facts(folder: Path, dataset: str | None = None) -> TrainingFacts | None:
+    """The Trainer run recorded in `folder`, or None when nothing shows the weights were trained there.
+
+    Training is shown by `trainer_state.json` with `global_step > 0` or `train_*` entries in the results files. The
+    evaluation metrics are those of `eval_results.json`, else the `eval_*` entries of `all_results.json`, else the last
+    evaluation logged in `trainer_state.json`.
+    """
+    state = read_json(folder / TRAINER_STATE_NAME) if (folder / TRAINER_STATE_NAME).is_file() else {}
+    results = {name: read_json(folder / name) for name in TRAINER_RESULT_NAMES if (folder / name).is_file()}
+    trained = (state.get("global_step") or 0) > 0 or any(
+        key.startswith("train_") for values in results.values() for key in values
+    )
+    if not trained:
+        return None
+    evaluations = [entry for entry in state.get("log_history", []) if any(k.startswith("eval_") for k in entry)]
+    source = results.get("eval_results.json") or results.get("all_results.json") or (evaluations or [{}])[-1]
+    metrics = {
+        key.removeprefix("eval_"): float(value)
+        for key, value in source.items()
+        if key.startswith("eval_")
+        and key.removeprefix("eval_") not in RUN_METRICS
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    }
+    all_results = results.get("all_results.json", {})
+    return TrainingFacts(
+        global_step=state.get("global_step"),
+        epochs=state.get("epoch", all_results.get("epoch")),
+        dataset=dataset,
+        metrics=metrics,
+    )
+
+
+def source_card_data(report: dict[str, Any] | None) -> dict[str, Any]:
+    """Metadata of the source checkpoint's README.md when the report names a local folder that has one."""
+    source = (report or {}).get("source")
+    if not source or not (Path(source) / "README.md").is_file():
+        return {}
+    return ModelCard.load(Path(source) / "README.md").data.to_dict()
+
+
+def looks_like_repo_id(value: str | None) -> bool:
+    return bool(value) and re.fullmatch(r"[\w.-]+/[\w.-]+", value) is not None and not Path(value).exists()
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s/()]+/)*([^\s/()]+)")
+
+
+def data_name(description: str) -> str:
+    """A report's data description without local folders: `/tmp/x/bbc_news-test.txt` -> `bbc_news-test.txt`."""
+    return ABSOLUTE_PATH.sub(r"\1", description)
+
+
+def hub_dataset(description: str | None) -> str | None:
+    """The Hub id of the data a description names, where known: a Hub id itself, or a `HUB_DATASETS` key that starts
+    its file name (`bbc_news-train.txt` -> `SetFit/bbc-news`)."""
+    if not description:
+        return None
+    name = data_name(description)
+    return HUB_DATASETS.get(re.split(r"[-.\s]", name)[0]) or (name if looks_like_repo_id(name) else None)
+
+
+def report_datasets(report: dict[str, Any] | None) -> list[str]:
+    """Hub ids of the data the report fitted weights on (calibration, healing), where known."""
+    ids = [hub_dataset(((report or {}).get(step) or {}).get("data")) for step in ("calibration", "healing")]
+    return list(dict.fromkeys(hub_id for hub_id in ids if hub_id))
+
+
+def gather_card_facts(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    base_model: str | None = None,
+    license: str | None = None,
+    language: str | list[str] | None = None,
+    datasets: list[str] | None = None,
+    training_dataset: str | None = None,
+    tags: list[str] | None = None,
+    notes: list[str] | None = None,
+    conversion_report: str | Path | None = None,
+) -> CardFacts:
+    """Read what the card will say from `folder` (see the module docstring); keyword arguments fill in what the files
+    cannot know and take precedence: `base_model` (a Hub id), `license`, `language`, `datasets` (Hub ids),
+    `training_dataset` (what a Trainer run trained and evaluated on), extra `tags`, `notes` (sentences appended to
+    "How this checkpoint was made"), `conversion_report` (a report kept elsewhere than `folder`).
+
+    License and language default to the source checkpoint's README.md metadata when the report names a local source
+    that has one; `base_model` defaults to the report's source when that is a Hub id.
+    """
+    folder = Path(folder)
+    config = read_json(folder / "config.json")
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise ValueError(
+            f"{folder / 'config.json'} has model_type {model_type!r}; a card needs an hf-norms checkpoint "
+            f"({', '.join(FAMILIES)}). Convert the model with hf_norms first."
+        )
+    report_path = Path(conversion_report) if conversion_report else folder / REPORT_NAME
+    report = read_json(report_path) if report_path.is_file() else None
+    inherited = source_card_data(report)
+    source = (report or {}).get("source")
+    training = read_training_facts(folder, training_dataset)
+    architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
+    all_datasets = [*(datasets or []), *report_datasets(report)]
+    if training is not None and hub_dataset(training.dataset):
+        all_datasets.append(hub_dataset(training.dataset))
+    return CardFacts(
+        repo_id=repo_id,
+        model_type=model_type,
+        architecture=architecture,
+        norm_type=config.get("norm_type", "layernorm"),
+        norm_options=non_default_norm_options(config),
+        base_model=base_model or (source if looks_like_repo_id(source) else None),
+        license=license or inherited.get("license"),
+        language=language or inherited.get("language"),
+        datasets=list(dict.fromkeys(all_datasets)),
+        report=report,
+        training=training,
+        tags=list(tags or []),
+        notes=list(notes or []),
+        hf_norms_version=(report or {}).get("hf_norms_version") or VERSION,
+        without_pooler=saved_without_pooler(folder, architecture),
+    )

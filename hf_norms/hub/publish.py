@@ -1,0 +1,276 @@
+"""Publish a converted or fine-tuned checkpoint folder to a Hub endpoint, with its model card, in one commit.
+
+`push_to_hub(folder, repo_id)` (and `hf-norms push DIR REPO_ID`):
+
+1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
+   or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
+   processor that loads;
+2. picks the files to upload: everything except files that look like secrets (`.env`, `*.pem`, `*token*`, ...),
+   hidden files, pickles (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`) and stray training checkpoints
+   (`checkpoint-*/`), unless a file is named with `include`; the folder's own README.md is replaced by the card;
+3. renders the card (`hf_norms.hub.model_card`) and refuses if the token occurs in it or in any file to upload;
+4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
+   symlinks, so the local folder is never written. Nothing on the Hub is deleted unless `delete_patterns` asks.
+
+The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
+stored login (`hf auth login`). The token never appears in a log line or an error message. A failure of the network
+or the server raises `PushError`; the local folder is untouched and running the same push again completes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from huggingface_hub import CommitInfo, HfApi, get_token
+from huggingface_hub import constants as hub_constants
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+from ..errors import HfNormsError
+from ..models.auto_registration import MODEL_CLASSES
+from ..version import VERSION
+from .card_facts import FAMILIES, read_json, saved_without_pooler
+from .model_card import model_card_for_folder
+from .upload_files import CARD_NAME, CheckpointRefused, refuse_token_leaks, select_upload_files
+
+logger = logging.getLogger(__name__)
+
+IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
+
+
+class PushError(HfNormsError, RuntimeError):
+    """The Hub endpoint could not be reached or failed; the local folder is untouched and the push can be retried."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What is in the folder
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_checkpoint(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads; returns its config.json and its
+    remote-code files."""
+    if not folder.is_dir():
+        raise CheckpointRefused(f"{folder} is not a folder; give the folder a model was saved to.")
+    if not (folder / "config.json").is_file():
+        raise CheckpointRefused(
+            f"{folder} has no config.json, so it is not a checkpoint; save one with `model.save_pretrained(folder)`."
+        )
+    try:
+        config = read_json(folder / "config.json")
+    except (OSError, ValueError) as err:
+        raise CheckpointRefused(f"{folder / 'config.json'} is not valid JSON ({err}); save the model again.") from err
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointRefused(
+            f"{folder} holds a {model_type!r} model, not an hf-norms one ({', '.join(FAMILIES)}); convert it first "
+            "(`hf-norms convert`)."
+        )
+    if not ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()):
+        raise CheckpointRefused(
+            f"{folder} has no safetensors weights (model.safetensors); save them with `model.save_pretrained(folder)`, "
+            "which writes safetensors."
+        )
+    model_class = model_class_of(folder, config)
+    code_files = check_remote_code(folder, config, model_class)
+    check_weights_load(folder, model_class)
+    check_preprocessor(folder)
+    return config, code_files
+
+
+def model_class_of(folder: Path, config: dict[str, Any]) -> type:
+    """The hf-norms class named by the config's `architectures`."""
+    architecture = (config.get("architectures") or [""])[0]
+    model_class = MODEL_CLASSES.get(architecture)
+    if model_class is None:
+        raise CheckpointRefused(
+            f"{folder / 'config.json'} names the architecture {architecture!r}, which is not an hf-norms model class; "
+            "save the model again with hf_norms."
+        )
+    return model_class
+
+
+def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -> list[str]:
+    """The config's `auto_map` is the family's full map (with the saved head under its own Auto class), and every
+    file it reaches by relative imports is present; returns those files' names."""
+    module = importlib.import_module(f"hf_norms.models.modeling_{config['model_type']}")
+    expected = {
+        **module.FAMILY_AUTO_MAP,
+        model_class._auto_class: f"{module.__name__.split('.')[-1]}.{model_class.__name__}",
+    }
+    auto_map = config.get("auto_map") or {}
+    wrong = sorted(name for name, target in expected.items() if auto_map.get(name) != target)
+    if wrong:
+        raise CheckpointRefused(
+            f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
+            "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
+        )
+    pending = {target.split(".")[0] for target in expected.values()}
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        seen.add(name)
+        path = folder / f"{name}.py"
+        if not path.is_file():
+            raise CheckpointRefused(
+                f"{folder} lacks the remote-code file {path.name}; save the model again with hf_norms, which copies "
+                "the flat modeling files next to the weights."
+            )
+        pending |= set(RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8"))) - seen
+    return sorted(f"{name}.py" for name in seen)
+
+
+def check_weights_load(folder: Path, model_class: type) -> None:
+    """Load the checkpoint with its own class; every weight must match a parameter and the reverse (a bare model saved
+    without a pooler, like DINOv2, is loaded as its card says: with `add_pooling_layer=False`)."""
+    architecture = model_class.__name__
+    options = {"add_pooling_layer": False} if saved_without_pooler(folder, architecture) else {}
+    try:
+        _, info = model_class.from_pretrained(folder, output_loading_info=True, **options)
+    except Exception as err:  # any failure to load is the refusal's reason
+        raise CheckpointRefused(f"{folder} does not load as {architecture}: {err}") from err
+    problems = {key: sorted(map(str, info[key]))[:5] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    problems = {key: names for key, names in problems.items() if names}
+    if problems:
+        raise CheckpointRefused(
+            f"{folder} does not load cleanly as {architecture} ({problems}); the weights do not belong to this "
+            "config. Save the model again with `model.save_pretrained(folder)`."
+        )
+
+
+def check_preprocessor(folder: Path) -> None:
+    """A tokenizer or an image processor must be saved next to the weights (pipelines and users need it), and load."""
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    if any((folder / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+        loader = AutoImageProcessor
+    elif any((folder / name).is_file() for name in TOKENIZER_MARKERS):
+        loader = AutoTokenizer
+    else:
+        raise CheckpointRefused(
+            f"{folder} has no tokenizer or image processor; save the source's next to the weights "
+            "(`tokenizer.save_pretrained(folder)` or `image_processor.save_pretrained(folder)`)."
+        )
+    try:
+        loader.from_pretrained(folder)
+    except Exception as err:  # any failure to load is the refusal's reason
+        raise CheckpointRefused(f"the {loader.__name__} saved in {folder} does not load: {err}") from err
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The push
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def resolve_endpoint(endpoint: str | None) -> str:
+    """`endpoint`, else `HF_ENDPOINT` as set now, else huggingface_hub's default."""
+    return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
+
+
+def push_to_hub(
+    folder: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    include: Iterable[str] = (),
+    delete_patterns: Sequence[str] | None = None,
+    dry_run: bool = False,
+    **card_overrides: Any,
+) -> CommitInfo | list[str]:
+    """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring.
+
+    `revision` is a branch, created from main when missing. `include` names files to upload that would be skipped.
+    `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted
+    otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`, `license`, `datasets`,
+    `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns the file list
+    (README.md included) without contacting the endpoint.
+
+    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is uploaded,
+    or `PushError` when the endpoint fails.
+    """
+    folder = Path(folder).resolve()
+    config, code_files = check_checkpoint(folder)
+    files, skipped = select_upload_files(folder, [*include, *code_files])  # the model's code is never a secret
+    for name, reason in skipped.items():
+        logger.info("Not uploading %s: %s (name it with --include to upload it)", name, reason)
+    own_card = CARD_NAME in files
+    card_text = "" if own_card else str(model_card_for_folder(folder, repo_id, **card_overrides))
+    token = token or get_token()
+    refuse_token_leaks(folder, files, token, card_text)
+    uploads = sorted({*files, CARD_NAME})
+    if dry_run:
+        return uploads
+    if not token:
+        raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
+    endpoint = resolve_endpoint(endpoint)
+    message = commit_message or (
+        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
+    )
+    api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION)
+    logger.info("Uploading %d files from %s to %s/%s", len(uploads), folder, endpoint, repo_id)
+    with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
+        staging = Path(staging_dir)
+        for name in files:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(folder / name, staging / name)
+        if not own_card:
+            (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision and revision != hub_constants.DEFAULT_REVISION:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=staging,
+                commit_message=message,
+                revision=revision,
+                delete_patterns=list(delete_patterns) if delete_patterns else None,
+            )
+        except OfflineModeIsEnabled:
+            raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None
+        except HfHubHTTPError as err:
+            raise PushError(explain_http_error(err, endpoint, repo_id, folder, token)) from None
+        except httpx2.HTTPError as err:  # connection refused, reset, timed out, ...
+            raise PushError(
+                redact(
+                    f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "
+                    "or HF_ENDPOINT) and the network; nothing in the folder was changed, so run the same push again.",
+                    token,
+                )
+            ) from None
+
+
+def explain_http_error(err: HfHubHTTPError, endpoint: str, repo_id: str, folder: Path, token: str) -> str:
+    """A message naming the HTTP status, what it means for this push and what to do, without the token."""
+    status = err.response.status_code if err.response is not None else None
+    if status in (401, 403):
+        advice = "the token was refused: use one with write access to this namespace (HF_TOKEN or `hf auth login`)"
+    elif status == 412:
+        advice = "the branch moved during the push: run it again"
+    elif status is not None and status >= 500:
+        advice = "the server failed, so the commit was not made: run the same push again"
+    else:
+        advice = "see the server's message"
+    detail = str(err).splitlines()[0]
+    return redact(
+        f"Pushing {folder} to {repo_id} at {endpoint} failed with HTTP {status}: {advice}. The local folder is "
+        f"untouched. Server said: {detail}",
+        token,
+    )
+
+
+def redact(text: str, token: str | None) -> str:
+    return text.replace(token, "<token>") if token else text

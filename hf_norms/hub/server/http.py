@@ -1,0 +1,259 @@
+"""The loopback Hub's HTTP layer and the `HubServer` that runs it on 127.0.0.1, standard library only.
+
+`HubServer` serves the endpoints of `routes.py` from a `store.RepoStore` folder, so uploads and
+`from_pretrained("org/name")` can be exercised without a network::
+
+    with HubServer(tokens=["test-token"]) as hub:
+        env = {**os.environ, **hub.client_env("test-token")}  # HF_ENDPOINT must be set before huggingface_hub loads
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+or standalone: `hf-norms hub --root DIR --port 8000 --token test-token`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .routes import Request, Response, error_response, route
+from .store import DEFAULT_USER, HubError, RepoStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Failure:
+    """An injected failure: the next `count` requests whose path starts with `prefix` get `status`."""
+
+    prefix: str
+    status: int
+    count: int
+    method: str | None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request: parse it into a `routes.Request`, run its endpoint, write the `routes.Response` back."""
+
+    server: _HTTPServer
+    protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds an idle keep-alive connection is kept open
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Route access logs to `logging` at debug level (request line and status only, never headers)."""
+        logger.debug("%s " + format, self.address_string(), *args)
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        body = self._read_body()
+        try:
+            injected = self.server.hub.take_failure(method, url.path)
+            if injected is not None:
+                raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
+            endpoint, params = route(method, url.path)
+            response = endpoint(Request(method, params, parse_qs(url.query), self.headers, body, self.server.hub))
+        except HubError as err:
+            response = error_response(err)
+        except (ValueError, KeyError, TypeError) as err:
+            response = error_response(HubError(400, f"Bad request: {type(err).__name__}: {err}", "BadRequest"))
+        except Exception:
+            logger.exception("Hub server error on %s %s", method, url.path)
+            response = error_response(HubError(500, "Internal server error"))
+        self._send(response)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0].strip(), 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline().strip():  # trailers, up to the blank line
+                pass
+            return b"".join(chunks)
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _send(self, response: Response) -> None:
+        if response.content is not None:
+            body, content_type = response.content, "application/octet-stream"
+        else:
+            body, content_type = json.dumps(response.payload).encode(), "application/json; charset=utf-8"
+        self.send_response(response.status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body) if response.size is None else response.size))
+        self.send_header("X-Request-Id", uuid.uuid4().hex)
+        for key, value in response.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that knows its `HubServer` and can cut its open keep-alive connections."""
+
+    def __init__(self, address: tuple[str, int], hub: HubServer) -> None:
+        self.hub = hub
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        with self._connections_lock:
+            self._connections.add(sock)
+        return sock, address
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Shut down every open client connection, so handler threads end and clients see the server gone."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for sock in connections:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class HubServer:
+    """A Hub-compatible server on 127.0.0.1 for tests and demos.
+
+    Args:
+        root: folder holding the repos; a temporary folder (removed by `stop()`) when None.
+        tokens: bearer tokens accepted for writes, `whoami` and private reads. None accepts any non-empty token.
+        port: port to bind; 0 picks a free one.
+        user: the user name every accepted token authenticates as (the default namespace of `create_repo`).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        tokens: Iterable[str] | None = None,
+        port: int = 0,
+        user: str = DEFAULT_USER,
+    ) -> None:
+        self._owns_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="hf-norms-hub-") if root is None else root)
+        self.store = RepoStore(self.root)
+        self.user = user
+        self._tokens = None if tokens is None else frozenset(tokens)
+        self._port = port
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._failures: list[_Failure] = []
+        self._failures_lock = threading.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self) -> HubServer:
+        """Bind 127.0.0.1 and serve in a background thread; returns self."""
+        if self._httpd is not None:
+            raise RuntimeError("HubServer is already running")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._httpd = _HTTPServer(("127.0.0.1", self._port), self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hf-norms-hub", daemon=True
+        )
+        self._thread.start()
+        logger.info("Hub server listening on %s (root %s)", self.url, self.root)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; removes the root folder if the server created it."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd.close_connections()
+            if self._thread is not None:
+                self._thread.join()
+            self._httpd = self._thread = None
+        if self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>`, the value for `HF_ENDPOINT` or `HfApi(endpoint=...)`."""
+        if self._httpd is None:
+            raise RuntimeError("HubServer is not running")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def client_env(self, token: str | None = None) -> dict[str, str]:
+        """Environment variables pointing `huggingface_hub`/`transformers` at this server (merge into os.environ)."""
+        env = {
+            "HF_ENDPOINT": self.url,
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
+        if token is not None:
+            env["HF_TOKEN"] = token
+        return env
+
+    # -- auth and failure injection -----------------------------------------------------------------------------
+    def accepts(self, token: str) -> bool:
+        """Whether `token` authenticates (any non-empty token when the server was given no token set)."""
+        return bool(token) and (self._tokens is None or token in self._tokens)
+
+    def fail_next(self, path_prefix: str, *, status: int = 500, count: int = 1, method: str | None = None) -> None:
+        """Answer `status` (with a JSON error) to the next `count` requests whose path starts with `path_prefix`.
+
+        Example: `hub.fail_next("/api/models/org/name/commit/")` makes the next commit to `org/name` fail with a 500.
+        The request body is read and discarded, so nothing is stored.
+        """
+        with self._failures_lock:
+            self._failures.append(_Failure(path_prefix, status, count, method.upper() if method else None))
+
+    def take_failure(self, method: str, path: str) -> int | None:
+        """Consume one matching injected failure and return its status, or None."""
+        with self._failures_lock:
+            for failure in self._failures:
+                if path.startswith(failure.prefix) and failure.method in (None, method):
+                    failure.count -= 1
+                    if failure.count <= 0:
+                        self._failures.remove(failure)
+                    return failure.status
+        return None
+
+
+def serve_forever(root: str | os.PathLike[str], *, tokens: Iterable[str] | None, port: int, user: str | None) -> int:
+    """Serve a hub on 127.0.0.1 until interrupted, printing the `HF_ENDPOINT` to use."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    hub = HubServer(root, tokens=tokens, port=port, user=user or DEFAULT_USER).start()
+    print(f"HF_ENDPOINT={hub.url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        hub.stop()
+    return 0

@@ -1,0 +1,25 @@
+"""LayerNorm with the call signature every hf-norms norm shares, `norm(hidden_states, layout)`.
+
+Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+"""
+
+from __future__ import annotations
+
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
+import torch
+from torch import nn
+
+from .token_layout import TokenLayout
+
+
+class LayerNorm(nn.LayerNorm):
+    """`nn.LayerNorm` that accepts (and ignores) a `TokenLayout`, so all norms share one call signature.
+
+    `y = (x - E[x]) / sqrt(Var[x] + eps) * weight + bias` over the last dimension; bit-identical to `nn.LayerNorm`.
+    """
+
+    def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        return super().forward(hidden_states)

@@ -1,0 +1,71 @@
+"""SepNorm: one norm for the prefix tokens ([CLS], DeiT's distillation token), another for the rest (Chen et al.).
+
+Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+"""
+
+from __future__ import annotations
+
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+
+from .token_layout import TokenLayout
+
+
+class SeparateNorm(nn.Module):
+    """SepNorm, Chen et al., "On Separate Normalization in Self-supervised Transformers", NeurIPS 2023 (arXiv 2309.12931).
+
+    The first `p` tokens (`layout.num_prefix_tokens`, else `num_prefix_tokens`) ([CLS]; [CLS] and distillation for DeiT) are normalised by `prefix_norm`,
+    the others by a LayerNorm whose affine parameters are this module's `weight` and `bias`:
+
+        y[:, :p] = prefix_norm(x[:, :p]),    y[:, p:] = (x[:, p:] - E[x]) / sqrt(Var[x] + eps) * weight + bias
+
+    `prefix_norm` is a LayerNorm (exact conversion from a LayerNorm checkpoint when both copy its parameters) or a
+    `BatchNorm1d` over the batch and the prefix tokens (the official default; SyncBatchNorm under DDP).
+    Input and output: `[batch, seq_len, hidden]`.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_prefix_tokens: int,
+        eps: float = 1e-5,
+        prefix_norm: str = "batchnorm",
+    ):
+        super().__init__()
+        self.num_prefix_tokens = num_prefix_tokens
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+        self.prefix_norm = (
+            nn.LayerNorm(hidden_size, eps=eps) if prefix_norm == "layernorm" else nn.BatchNorm1d(hidden_size)
+        )
+
+    def init_parameters(self) -> None:
+        """The prefix norm starts as a copy of the token norm's affine (the loaded LayerNorm's, when converting)."""
+        init.ones_(self.weight)
+        init.zeros_(self.bias)
+        init.copy_(self.prefix_norm.weight, self.weight)
+        init.copy_(self.prefix_norm.bias, self.bias)
+
+    def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        prefix = layout.num_prefix_tokens if layout is not None else self.num_prefix_tokens
+        if hidden_states.shape[1] < prefix:
+            raise ValueError(
+                f"SepNorm separates {prefix} prefix token(s) from the rest, but the sequence has only "
+                f"{hidden_states.shape[1]} token(s): give it at least {prefix}."
+            )
+        # One output buffer: every token through the token norm, then the few prefix rows overwritten in place
+        # (layer_norm's backward does not need its output), instead of normalising two slices and concatenating.
+        out = F.layer_norm(hidden_states, self.weight.shape, self.weight, self.bias, self.eps)
+        prefix_states = hidden_states[:, :prefix]
+        if isinstance(self.prefix_norm, nn.modules.batchnorm._BatchNorm):
+            out[:, :prefix] = self.prefix_norm(prefix_states.transpose(1, 2)).transpose(1, 2)
+        else:
+            out[:, :prefix] = self.prefix_norm(prefix_states)
+        return out

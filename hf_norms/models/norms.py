@@ -1,0 +1,135 @@
+"""The one registry of hf-norms' normalization layers: `norm_type` -> what it builds from a config.
+
+Every layer takes `hidden_states` of shape `[batch, seq_len, hidden]` and an optional `TokenLayout`, and returns a
+tensor of the same shape. Per-channel affine parameters are called `weight` and `bias` everywhere, so the state dict of
+an `nn.LayerNorm` loads into every variant; only the parameters a variant adds are missing. Each method lives in its
+own file (`norm_dyt.py`, `norm_dtn.py`, `norm_sepnorm.py`, `norm_lape.py`).
+
+Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+"""
+
+from __future__ import annotations
+
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from .norm_dtn import DynamicTokenNorm
+from .norm_dyt import DynamicTanh
+from .norm_lape import LapePositionCache, PositionEmbeddingNorm
+from .norm_layernorm import LayerNorm
+from .norm_sepnorm import SeparateNorm
+from .token_layout import TokenLayout
+
+__all__ = [
+    "NORM_TYPES",
+    "DynamicTanh",
+    "DynamicTokenNorm",
+    "LapePositionCache",
+    "LayerNorm",
+    "NormSpec",
+    "PositionEmbeddingNorm",
+    "SeparateNorm",
+    "TokenLayout",
+    "build_norm",
+    "build_position_norm",
+    "init_norm_parameters",
+]
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """One `norm_type`: how to build its token norm from a config, and what else it brings.
+
+    `build(config, hidden_size, num_prefix_tokens, one_dimensional)` returns the module. `per_token` says whether each
+    token's output depends only on that token (then the norm can sit where no `TokenLayout` is known, e.g. a task head).
+    `position_norms` says whether each layer gets a LaPE `pe_norm`.
+    """
+
+    build: Callable[..., nn.Module]
+    per_token: bool
+    position_norms: bool = False
+    arxiv_id: str | None = None
+
+
+NORM_TYPES: dict[str, NormSpec] = {
+    "layernorm": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: LayerNorm(
+            hidden_size, eps=config.layer_norm_eps
+        ),
+        per_token=True,
+    ),
+    "dyt": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicTanh(
+            hidden_size,
+            alpha_init=config.dyt_alpha_init,
+            per_channel=config.dyt_per_channel_alpha,
+        ),
+        per_token=True,
+        arxiv_id="2503.10622",
+    ),
+    "dtn": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicTokenNorm(
+            hidden_size,
+            num_heads=config.dtn_num_heads or config.num_attention_heads,
+            eps=config.layer_norm_eps,
+            gate_init=config.dtn_gate_init,
+            one_dimensional=one_dimensional,
+        ),
+        per_token=False,
+        arxiv_id="2112.02624",
+    ),
+    "sepnorm": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: SeparateNorm(
+            hidden_size,
+            num_prefix_tokens,
+            eps=config.layer_norm_eps,
+            prefix_norm=config.sepnorm_prefix_norm,
+        ),
+        per_token=True,
+        arxiv_id="2309.12931",
+    ),
+    "lape": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: LayerNorm(
+            hidden_size, eps=config.layer_norm_eps
+        ),
+        per_token=True,
+        position_norms=True,
+        arxiv_id="2212.05262",
+    ),
+}
+
+
+def build_norm(
+    config,
+    num_prefix_tokens: int,
+    one_dimensional: bool = False,
+    per_token: bool = False,
+) -> nn.Module:
+    """The norm that `config.norm_type` puts where the stock model has a LayerNorm of size `config.hidden_size`.
+
+    `per_token=True` asks for a norm that needs no `TokenLayout` (a task head's norm): norm types that mix tokens
+    (DTN) give a LayerNorm there, as the official DTN keeps LayerNorm outside the token grid.
+    """
+    spec = NORM_TYPES[config.norm_type]
+    if per_token and not spec.per_token:
+        spec = NORM_TYPES["layernorm"]
+    return spec.build(config, config.hidden_size, num_prefix_tokens, one_dimensional)
+
+
+def build_position_norm(config) -> PositionEmbeddingNorm | None:
+    """LaPE's `pe_norm` for one layer, or None when `config.norm_type` has no position norms."""
+    if not NORM_TYPES[config.norm_type].position_norms:
+        return None
+    return PositionEmbeddingNorm(config.hidden_size, eps=1e-6, zero_init=config.lape_keep_input_pe)
+
+
+def init_norm_parameters(module: nn.Module) -> None:
+    """`_init_weights` hook: give a norm of this file its documented initial values (skipping loaded tensors)."""
+    if isinstance(module, (DynamicTanh, DynamicTokenNorm, SeparateNorm, PositionEmbeddingNorm)):
+        module.init_parameters()

@@ -1,0 +1,92 @@
+"""The options of `hf-norms finetune` that are hf-norms' own, as dataclasses for transformers' `HfArgumentParser`:
+which model (`ModelArguments`) and which data and task (`DataArguments`). The Trainer's own are `TrainingArguments`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .data import FinetuneInputError
+
+Task = Literal["image-classification", "text-classification", "masked-lm"]
+
+
+@dataclass
+class ModelArguments:
+    """Which model to fine-tune: a checkpoint (`model_name_or_path`) or a fresh one (`model_type`)."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Checkpoint folder or Hub id: an hf-norms checkpoint, or a stock ViT/DeiT/BERT one."},
+    )
+    model_type: str | None = field(
+        default=None,
+        metadata={"help": "Train from scratch: vit_norm, deit_norm or bert_norm (with --config_overrides)."},
+    )
+    norm_type: str | None = field(
+        default=None,
+        metadata={"help": "layernorm, dyt, dtn, sepnorm or lape; a stock checkpoint is converted to it on loading."},
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Config fields to set, e.g. 'hidden_size=64,num_hidden_layers=3,dyt_alpha_init=1.0'."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the checkpoint's)."}
+    )
+    image_processor_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Image processor folder or Hub id (default: the checkpoint's, else resize to image_size and "
+            "normalise with mean 0.5, std 0.5)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if (self.model_name_or_path is None) == (self.model_type is None):
+            raise FinetuneInputError(
+                "Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type (train from scratch)."
+            )
+
+
+@dataclass
+class DataArguments:
+    """Which data, which task, and how to read it."""
+
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "packaged:fashion-mnist, packaged:bbc-news, a save_to_disk folder, an imagefolder, a "
+            ".csv/.json/.parquet file, or a datasets Hub id (in Python, a Dataset object may be passed instead)."
+        },
+    )
+    task: Task | None = field(
+        default=None,
+        metadata={"help": "Default: image-classification for ViT/DeiT, text-classification for BERT."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    eval_dataset: str | None = field(
+        default=None, metadata={"help": "A separate eval source, same forms as --dataset."}
+    )
+    train_split: str = field(default="train", metadata={"help": "Training split."})
+    eval_split: str | None = field(
+        default=None, metadata={"help": "Eval split (default: validation, else test, else --eval_fraction of train)."}
+    )
+    eval_fraction: float = field(
+        default=0.1, metadata={"help": "Share of train held out for eval when there is no eval split (0: no eval)."}
+    )
+    image_column: str = field(default="image", metadata={"help": "Column holding the images."})
+    text_column: str = field(default="text", metadata={"help": "Column holding the texts."})
+    text_pair_column: str | None = field(default=None, metadata={"help": "Second text column, for sentence pairs."})
+    label_column: str = field(default="label", metadata={"help": "Column holding class indices or class names."})
+    num_labels: int | None = field(
+        default=None, metadata={"help": "Number of classes (default: from the label column); labels must be below it."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use a seeded random subset of train."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use a seeded random subset of eval."})
+    max_seq_length: int = field(default=128, metadata={"help": "Texts are truncated to this many tokens."})
+    image_mode: str | None = field(
+        default=None,
+        metadata={"help": "Convert images to this PIL mode first (RGB, L); default: require config.num_channels."},
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Masked-LM: share of tokens masked."})

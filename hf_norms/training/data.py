@@ -1,0 +1,377 @@
+"""Datasets for fine-tuning: where they come from, the checks they must pass before training, and batch preparation.
+
+Sources (`load_dataset_source`): a `datasets` dataset saved with `save_to_disk`, an imagefolder (one sub-folder per
+class), a CSV / JSON / Parquet file, a Hub dataset id, or one of the real datasets that ship in packages
+(`packaged:fashion-mnist`, `packaged:bbc-news`; see `hf_norms.packaged`).
+
+Every check that can fail on the data runs in `validate_...` before the Trainer starts: missing columns, labels that are
+not class indices or lie outside `num_labels`, images whose channel count the model does not take, empty texts. Batches
+are prepared lazily (`datasets.Dataset.with_transform`): `ImageClassificationTransform` and `TextTransform` turn raw
+rows into model inputs, so large image datasets are never materialised as tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from PIL import Image
+
+from .. import packaged
+from ..errors import InputError
+
+PACKAGED_PREFIX = "packaged:"
+PACKAGED_DATASETS = ("bbc-news", "fashion-mnist")
+FILE_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+EVAL_SPLIT_NAMES = ("validation", "test")
+IMAGE_CHECK_COUNT = 16  # images per split whose channel count is checked before training
+STRING_DTYPES = ("string", "large_string")
+
+
+class FinetuneInputError(InputError):
+    """Input that cannot be fine-tuned on, found before training starts; the message names the problem and the fix."""
+
+
+def packaged_dataset(name: str, max_train_samples: int | None = None) -> datasets.DatasetDict:
+    """A real dataset shipped in a package, as `train` and `test` splits with a `ClassLabel` column `label`.
+
+    - `fashion-mnist`: 28x28 grayscale images (`image`, PIL mode L), 10 classes; 60,000 train (or the first
+      `max_train_samples`), 10,000 test.
+    - `bbc-news`: 2225 articles (`text`), 5 classes, split 80/20 by `packaged.split_train_test(seed=0)`.
+    """
+    if name == "fashion-mnist":
+        features = datasets.Features(
+            image=datasets.Image(), label=datasets.ClassLabel(names=list(packaged.FASHION_MNIST_LABELS))
+        )
+
+        def split(split_name: str, limit: int | None) -> datasets.Dataset:
+            images, labels = packaged.fashion_mnist(split_name, limit)
+            return datasets.Dataset.from_dict(
+                {"image": [Image.fromarray(image) for image in images], "label": labels}, features=features
+            )
+
+        return datasets.DatasetDict(train=split("train", max_train_samples), test=split("test", None))
+    if name == "bbc-news":
+        features = datasets.Features(
+            text=datasets.Value("string"), label=datasets.ClassLabel(names=packaged.BBC_NEWS_LABELS)
+        )
+        train, test = packaged.split_train_test(packaged.bbc_news(), test_fraction=0.2, seed=0)
+        return datasets.DatasetDict(
+            {
+                split_name: datasets.Dataset.from_dict(
+                    {"text": [text for text, _ in items], "label": [label for _, label in items]}, features=features
+                )
+                for split_name, items in (("train", train), ("test", test))
+            }
+        )
+    raise FinetuneInputError(f"No packaged dataset {name!r}; choose one of {PACKAGED_DATASETS} (as packaged:<name>).")
+
+
+def load_dataset_source(
+    source: str,
+    config_name: str | None = None,
+    max_train_samples: int | None = None,
+) -> datasets.DatasetDict:
+    """The splits of `source`, resolved in this order:
+
+    1. `packaged:<name>`: `packaged_dataset(name)`.
+    2. A folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk` (a lone dataset becomes split `train`).
+    3. Any other folder: an imagefolder (`<folder>/<class name>/<image>`, or `train/`, `validation/` sub-folders).
+    4. A `.csv`/`.tsv`/`.json`/`.jsonl`/`.parquet` file: split `train`.
+    5. Otherwise a dataset id for `datasets.load_dataset` (the Hub, or a local loading script).
+    """
+    if source.startswith(PACKAGED_PREFIX):
+        return packaged_dataset(source.removeprefix(PACKAGED_PREFIX), max_train_samples)
+    path = Path(source)
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            loaded = datasets.load_from_disk(str(path))
+            return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict(train=loaded)
+        return datasets.load_dataset("imagefolder", data_dir=str(path))
+    if path.is_file():
+        builder = FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise FinetuneInputError(
+                f"Cannot read {path}: use a {'/'.join(FILE_BUILDERS)} file, a dataset folder or an imagefolder."
+            )
+        options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+        return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
+    return datasets.load_dataset(source, config_name)
+
+
+def select_splits(
+    splits: datasets.DatasetDict,
+    train_split: str,
+    eval_split: str | None,
+    eval_fraction: float,
+    seed: int,
+    eval_splits: datasets.DatasetDict | None = None,
+) -> tuple[datasets.Dataset, datasets.Dataset | None]:
+    """`(train, eval)` datasets.
+
+    The eval set is `eval_split` of `eval_splits` (a separate source) or of `splits`; without a name, the first of
+    `validation`/`test` that exists (the only split of `eval_splits`); failing that, a seeded `eval_fraction` of the
+    train split (none when `eval_fraction` is 0).
+    """
+    if train_split not in splits:
+        raise FinetuneInputError(
+            f"The dataset has no split {train_split!r} (it has {list(splits)}): pass --train_split."
+        )
+    train = splits[train_split]
+    source = splits if eval_splits is None else eval_splits
+    name = eval_split
+    if name is None and eval_splits is not None and len(eval_splits) == 1:
+        name = next(iter(eval_splits))
+    if name is None:
+        name = next((candidate for candidate in EVAL_SPLIT_NAMES if candidate in source), None)
+    if name is None and eval_splits is not None:
+        raise FinetuneInputError(
+            f"The eval dataset has splits {list(eval_splits)}: name the one to use with --eval_split."
+        )
+    if name is not None:
+        if name not in source:
+            raise FinetuneInputError(
+                f"The eval dataset has no split {name!r} (it has {list(source)}): pass --eval_split."
+            )
+        return train, source[name]
+    if eval_fraction <= 0:
+        return train, None
+    if not 0 < eval_fraction < 1:
+        raise FinetuneInputError(f"eval_fraction must lie in [0, 1), got {eval_fraction}.")
+    divided = train.train_test_split(test_size=eval_fraction, seed=seed)
+    return divided["train"], divided["test"]
+
+
+def subsample(dataset: datasets.Dataset, max_samples: int | None, seed: int) -> datasets.Dataset:
+    """A seeded random subset of `max_samples` rows (imagefolders are sorted by class, so never just the first rows)."""
+    if max_samples is None or max_samples >= len(dataset):
+        return dataset
+    return dataset.shuffle(seed=seed).select(range(max_samples))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checks before training
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def require_column(dataset: datasets.Dataset, column: str, role: str, option: str, split: str) -> None:
+    if column not in dataset.column_names:
+        raise FinetuneInputError(
+            f"The {split} data has no {role} column {column!r}; its columns are {dataset.column_names}. "
+            f"Name the right one with --{option} (or {option}=... in the Python API)."
+        )
+
+
+def resolve_label_names(
+    splits: dict[str, datasets.Dataset],
+    label_column: str,
+    num_labels: int | None = None,
+) -> list[str]:
+    """The class names, index order, of `label_column` across all `splits` (`{"train": ..., "eval": ...}`).
+
+    A `ClassLabel` column gives its names; string labels give their sorted distinct values (cast to class indices with
+    `encode_labels`); integer labels are class indices `0 .. num_labels - 1` (`num_labels` defaults to the largest
+    label + 1). Raises a `FinetuneInputError` naming the fix for a missing column, non-class labels, negative labels or labels
+    `>= num_labels`.
+    """
+    for split, dataset in splits.items():
+        require_column(dataset, label_column, "label", "label_column", split)
+    feature = next(iter(splits.values())).features[label_column]
+    if isinstance(feature, datasets.ClassLabel):
+        names = list(feature.names)
+        if num_labels is not None and num_labels != len(names):
+            raise FinetuneInputError(
+                f"num_labels={num_labels}, but the label column {label_column!r} has {len(names)} classes {names}."
+            )
+        _check_label_range(splits, label_column, len(names))
+        return names
+    dtype = getattr(feature, "dtype", None)
+    if dtype in STRING_DTYPES:
+        names = sorted({value for dataset in splits.values() for value in dataset[label_column] if value is not None})
+        if num_labels is not None and len(names) > num_labels:
+            raise FinetuneInputError(
+                f"The label column {label_column!r} has {len(names)} distinct labels {names[:20]}, more than "
+                f"num_labels={num_labels}: raise num_labels or drop the extra classes."
+            )
+        _check_no_missing_labels(splits, label_column)
+        return names
+    if dtype is None or not (dtype.startswith("int") or dtype.startswith("uint")):
+        raise FinetuneInputError(
+            f"The label column {label_column!r} holds {feature}, not class labels: use integer class indices "
+            "0..num_labels-1 or class-name strings."
+        )
+    _check_no_missing_labels(splits, label_column)
+    largest = max(max(dataset[label_column], default=0) for dataset in splits.values())
+    count = num_labels if num_labels is not None else largest + 1
+    _check_label_range(splits, label_column, count)
+    return [str(index) for index in range(count)]
+
+
+def _check_no_missing_labels(splits: dict[str, datasets.Dataset], label_column: str) -> None:
+    for split, dataset in splits.items():
+        missing = [row for row, value in enumerate(dataset[label_column]) if value is None]
+        if missing:
+            raise FinetuneInputError(
+                f"{len(missing)} row(s) of the {split} data have no label in column {label_column!r} "
+                f"(first: row {missing[0]}); drop or label them."
+            )
+
+
+def _check_label_range(splits: dict[str, datasets.Dataset], label_column: str, num_labels: int) -> None:
+    for split, dataset in splits.items():
+        labels = torch.tensor(dataset[label_column])
+        bad = ((labels < 0) | (labels >= num_labels)).nonzero().flatten()
+        if len(bad):
+            row = int(bad[0])
+            raise FinetuneInputError(
+                f"{len(bad)} label(s) of the {split} data lie outside 0..{num_labels - 1} (num_labels={num_labels}); "
+                f"first: row {row}, label {int(labels[row])}. Fix the labels or set num_labels to the number of classes."
+            )
+
+
+def encode_labels(dataset: datasets.Dataset, label_column: str, names: Sequence[str]) -> datasets.Dataset:
+    """`dataset` with string labels cast to class indices of `names` (integer and `ClassLabel` columns unchanged)."""
+    if getattr(dataset.features[label_column], "dtype", None) not in STRING_DTYPES:
+        return dataset
+    return dataset.cast_column(label_column, datasets.ClassLabel(names=list(names)))
+
+
+def validate_text_column(dataset: datasets.Dataset, column: str, split: str, option: str = "text_column") -> None:
+    """The column exists, holds strings, and no row is empty."""
+    require_column(dataset, column, "text", option, split)
+    feature = dataset.features[column]
+    if getattr(feature, "dtype", None) not in STRING_DTYPES:
+        raise FinetuneInputError(
+            f"The {split} text column {column!r} holds {feature}, not strings: name a text column with --{option}."
+        )
+    empty = [row for row, text in enumerate(dataset[column]) if text is None or not text.strip()]
+    if empty:
+        raise FinetuneInputError(
+            f"{len(empty)} row(s) of the {split} text column {column!r} are empty (first: row {empty[0]}); drop them."
+        )
+
+
+def image_channels(image: Image.Image) -> int:
+    """Channels of a PIL image as the image processor sees them: 1 (L, I, F, P), 2 (LA), 3 (RGB), 4 (RGBA, CMYK)."""
+    return len(image.getbands())
+
+
+def channel_error(channels: int, mode: str, num_channels: int, where: str) -> FinetuneInputError:
+    suggestion = {1: "L", 3: "RGB"}.get(num_channels)
+    fix = (
+        f"pass image_mode={suggestion!r} (--image_mode {suggestion}) to convert them" if suggestion else "convert them"
+    )
+    return FinetuneInputError(
+        f"{where} has {channels} channel(s) (PIL mode {mode}), but the model takes {num_channels} "
+        f"(config.num_channels): {fix}, or use a model built with num_channels={channels}."
+    )
+
+
+def validate_image_column(
+    dataset: datasets.Dataset,
+    column: str,
+    split: str,
+    num_channels: int,
+    image_mode: str | None,
+) -> None:
+    """The column exists and holds images; without `image_mode`, the first images have `num_channels` channels.
+
+    Every image is checked again when its batch is prepared (`ImageClassificationTransform`), with the same message.
+    """
+    require_column(dataset, column, "image", "image_column", split)
+    feature = dataset.features[column]
+    if not isinstance(feature, datasets.Image):
+        raise FinetuneInputError(
+            f"The {split} image column {column!r} holds {feature}, not images: cast it with "
+            f"dataset.cast_column({column!r}, datasets.Image()) or name the image column with --image_column."
+        )
+    if image_mode is not None:
+        return
+    for row in range(min(IMAGE_CHECK_COUNT, len(dataset))):
+        image = dataset[row][column]
+        if image_channels(image) != num_channels:
+            raise channel_error(image_channels(image), image.mode, num_channels, f"Image {row} of the {split} data")
+
+
+def check_batch_norm_batches(num_examples: int, batch_size: int, world_size: int, num_prefix_tokens: int) -> None:
+    """SepNorm's BatchNorm needs more than one value per channel in every training batch.
+
+    A batch of `b` images gives `b * num_prefix_tokens * world_size` values (synchronised across processes). Raises for a
+    batch size, or a last batch, that gives fewer than 2.
+    """
+    per_process = math.ceil(num_examples / world_size)
+    last = per_process % batch_size
+    for size, which in ((batch_size, "per-device batch"), (last, "last batch")):
+        if 0 < size * num_prefix_tokens * world_size < 2:
+            raise FinetuneInputError(
+                f"SepNorm's BatchNorm prefix norm needs at least 2 values per channel, but the {which} has {size} "
+                f"example(s) ({num_examples} training examples, batch size {batch_size}, {world_size} process(es)): "
+                "use a batch size of 2 or more, set dataloader_drop_last=True, or use sepnorm_prefix_norm='layernorm'."
+            )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Batch preparation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageClassificationTransform:
+    """`Dataset.with_transform` function: raw rows -> `pixel_values` `[b, C, H, W]` (the image processor's) and `labels` `[b]`.
+
+    With `image_mode` each image is converted first (`Image.convert(image_mode)`); without it an image whose channel
+    count is not `num_channels` raises the same error as `validate_image_column`.
+    """
+
+    image_processor: Any
+    image_column: str
+    label_column: str
+    num_channels: int
+    image_mode: str | None = None
+
+    def prepare(self, image: Image.Image) -> Image.Image:
+        if self.image_mode is not None:
+            return image.convert(self.image_mode)
+        if image_channels(image) != self.num_channels:
+            raise channel_error(image_channels(image), image.mode, self.num_channels, "An image")
+        return image
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, torch.Tensor]:
+        images = [self.prepare(image) for image in batch[self.image_column]]
+        pixel_values = self.image_processor(images=images, return_tensors="pt")["pixel_values"]
+        return {"pixel_values": pixel_values, "labels": torch.tensor(batch[self.label_column], dtype=torch.long)}
+
+
+@dataclass
+class TextTransform:
+    """`Dataset.with_transform` function: raw rows -> token ids (truncated, padded later by the collator) [+ labels].
+
+    `text_pair_column` adds a second segment (sentence-pair tasks); `label_column` None gives no labels (masked LM,
+    whose collator makes them).
+    """
+
+    tokenizer: Any
+    text_column: str
+    max_length: int
+    label_column: str | None = None
+    text_pair_column: str | None = None
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        pairs = batch[self.text_pair_column] if self.text_pair_column else None
+        encoded = dict(
+            self.tokenizer(
+                batch[self.text_column],
+                pairs,
+                truncation=True,
+                max_length=self.max_length,
+                return_special_tokens_mask=self.label_column is None,
+            )
+        )
+        if self.label_column is not None:
+            encoded["labels"] = list(batch[self.label_column])
+        return encoded

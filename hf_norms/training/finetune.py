@@ -1,0 +1,430 @@
+"""Fine-tune any norm_type with the transformers `Trainer`, from Python or as `hf-norms finetune`, on one process or many.
+
+Tasks: image classification (ViT, DeiT), text classification and masked-LM fine-tuning (BERT). The model comes from a
+checkpoint folder or Hub id (an hf-norms checkpoint, or a stock ViT/DeiT/BERT one, converted to `--norm_type` as it
+loads) or is built from scratch (`--model_type vit_norm --config_overrides hidden_size=64,...`). The data is a
+`datasets` dataset, an imagefolder, a CSV/JSON/Parquet file or a packaged real dataset (`hf_norms.training.data`),
+checked before training starts.
+
+The Trainer is `NormTrainer` (no weight decay on norm and 1-D parameters), logs each norm's state
+(`NormStateCallback`), and computes accuracy and macro F1 with the metric modules that the package ships. Under
+`torchrun` or `accelerate launch --multi_gpu` (CPU processes with gloo too), SepNorm's BatchNorm becomes a synchronised
+BatchNorm.
+
+Python:
+
+```python
+from transformers import TrainingArguments
+from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
+
+result = finetune(
+    ModelArguments(model_type="vit_norm", norm_type="dyt", config_overrides="image_size=28,patch_size=7,"
+                   "num_channels=1,hidden_size=64,num_hidden_layers=4,num_attention_heads=4,intermediate_size=128"),
+    DataArguments(dataset="packaged:fashion-mnist", max_train_samples=2000),
+    TrainingArguments(output_dir="out", use_cpu=True, max_steps=200, eval_strategy="steps", eval_steps=100),
+)
+print(result.eval_metrics["eval_accuracy"])
+```
+
+Command line (every `TrainingArguments` option is accepted too):
+
+```
+hf-norms finetune --model_name_or_path <folder or Hub id> --norm_type dtn --dataset train.csv \
+    --text_column text --label_column label --output_dir out --max_steps 100 --use_cpu
+```
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from transformers import (
+    AutoImageProcessor,
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
+    HfArgumentParser,
+    PreTrainedConfig,
+    PreTrainedModel,
+    TrainingArguments,
+    ViTImageProcessorPil,
+    default_data_collator,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+from transformers.training_args import ParallelMode
+
+from ..errors import handled_errors
+from ..models.configuration_bert_norm import BertNormConfig
+from ..models.configuration_deit_norm import DeiTNormConfig
+from ..models.configuration_vit_norm import ViTNormConfig
+from ..models.modeling_bert_norm import BertNormForMaskedLM, BertNormForSequenceClassification
+from ..models.modeling_deit_norm import DeiTNormForImageClassification
+from ..models.modeling_vit_norm import ViTNormForImageClassification
+from .arguments import DataArguments, ModelArguments
+from .data import (
+    FinetuneInputError,
+    ImageClassificationTransform,
+    TextTransform,
+    check_batch_norm_batches,
+    encode_labels,
+    load_dataset_source,
+    resolve_label_names,
+    select_splits,
+    subsample,
+    validate_image_column,
+    validate_text_column,
+)
+from .metrics import argmax_logits, classification_metrics, masked_lm_metrics
+from .sync_batchnorm import convert_sync_batchnorm
+from .trainer import NormStateCallback, NormTrainer
+
+logger = logging.getLogger(__name__)
+
+FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
+    "vit": ViTNormConfig,
+    "deit": DeiTNormConfig,
+    "bert": BertNormConfig,
+}
+TASK_MODELS: dict[str, dict[str, type[PreTrainedModel]]] = {
+    "image-classification": {"vit": ViTNormForImageClassification, "deit": DeiTNormForImageClassification},
+    "text-classification": {"bert": BertNormForSequenceClassification},
+    "masked-lm": {"bert": BertNormForMaskedLM},
+}
+DEFAULT_TASKS = {"vit": "image-classification", "deit": "image-classification", "bert": "text-classification"}
+DEFAULT_PIXEL_MEAN_STD = 0.5  # from-scratch image processor: x -> (x / 255 - 0.5) / 0.5 per channel
+
+
+@dataclass
+class FinetuneResult:
+    """What `finetune` leaves: the trainer (its model holds the final, or best, weights) and the metrics (no eval
+    metrics without an eval set)."""
+
+    trainer: NormTrainer
+    train_metrics: dict[str, float]
+    eval_metrics: dict[str, float] | None
+
+
+def model_family(model_type: str) -> str:
+    """`vit`, `deit` or `bert` for a model type with or without the `_norm` suffix."""
+    family = model_type.removesuffix("_norm")
+    if family not in FAMILY_CONFIGS:
+        raise FinetuneInputError(
+            f"Model type {model_type!r} is not supported: hf-norms fine-tunes {sorted(FAMILY_CONFIGS)} "
+            "(stock or *_norm checkpoints)."
+        )
+    return family
+
+
+def apply_config_overrides(config: PreTrainedConfig, overrides: str | None) -> None:
+    """Set the `key=value,key=value` fields of `config`, each parsed like its current value (bool, int, float, string;
+    int, float or string where it is None), then run the config's own validation. Raises `FinetuneInputError`."""
+    try:
+        for item in overrides.split(",") if overrides else ():
+            key, separator, text = item.partition("=")
+            key, text = key.strip(), text.strip()
+            if not separator or not hasattr(config, key):
+                raise FinetuneInputError(
+                    f"config_overrides: {item!r} is not key=value for a field of {type(config).__name__}."
+                )
+            try:
+                value = _parse_like(text, getattr(config, key))
+            except ValueError as error:
+                raise FinetuneInputError(f"config_overrides: {key}={text!r}: {error}") from None
+            setattr(config, key, value)
+        config.validate()
+    except (ValueError, StrictDataclassError) as error:
+        if isinstance(error, FinetuneInputError):
+            raise
+        raise FinetuneInputError(f"Invalid model config: {error}") from error
+
+
+def _parse_like(text: str, current: Any) -> Any:
+    """`text` as a value of the type of `current` (a `ValueError` when it is not one)."""
+    if isinstance(current, bool):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() == "true"
+    if isinstance(current, (int, float)):
+        return type(current)(text)
+    if current is None:
+        for parse in (int, float):
+            try:
+                return parse(text)
+            except ValueError:
+                pass
+    return text
+
+
+def build_config(model_args: ModelArguments, family: str, label_names: list[str] | None) -> PreTrainedConfig:
+    """The model config: the checkpoint's (or the family's defaults), with the norm type, labels and overrides."""
+    config_class = FAMILY_CONFIGS[family]
+    options: dict[str, Any] = {}
+    if model_args.norm_type is not None:
+        options["norm_type"] = model_args.norm_type
+    if label_names is not None:
+        options.update(
+            num_labels=len(label_names),
+            id2label=dict(enumerate(label_names)),
+            label2id={name: index for index, name in enumerate(label_names)},
+        )
+    try:
+        if model_args.model_name_or_path is not None:
+            config = config_class.from_pretrained(model_args.model_name_or_path, **options)
+        else:
+            config = config_class(**options)
+    except ValueError as error:
+        raise FinetuneInputError(f"Invalid model config: {error}") from error
+    apply_config_overrides(config, model_args.config_overrides)
+    return config
+
+
+def build_model(model_args: ModelArguments, task: str, family: str, config: PreTrainedConfig) -> PreTrainedModel:
+    """The task's hf-norms model class, loaded (a new head where the checkpoint's differs) or freshly initialised."""
+    model_class = TASK_MODELS[task][family]
+    if model_args.model_name_or_path is None:
+        return model_class(config)
+    return model_class.from_pretrained(model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True)
+
+
+def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) -> Any:
+    """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]."""
+    source = model_args.image_processor_name or model_args.model_name_or_path
+    if source is not None and (model_args.image_processor_name or _has_file(source, "preprocessor_config.json")):
+        return AutoImageProcessor.from_pretrained(source)
+    size = config.image_size
+    return ViTImageProcessorPil(
+        size={"height": size, "width": size},
+        image_mean=[DEFAULT_PIXEL_MEAN_STD] * config.num_channels,
+        image_std=[DEFAULT_PIXEL_MEAN_STD] * config.num_channels,
+    )
+
+
+def _has_file(source: str, name: str) -> bool:
+    """Whether a local checkpoint folder holds `name`; a Hub id is assumed to (its loader says so if not)."""
+    path = Path(source)
+    return (path / name).is_file() if path.is_dir() else True
+
+
+def build_tokenizer(model_args: ModelArguments) -> Any:
+    source = model_args.tokenizer_name or model_args.model_name_or_path
+    if source is None:
+        raise FinetuneInputError("A BERT trained from scratch needs a tokenizer: pass --tokenizer_name.")
+    return AutoTokenizer.from_pretrained(source)
+
+
+def prepare_training_arguments(training_args: TrainingArguments) -> None:
+    """hf-norms prepares each batch's model inputs from the raw columns, so the Trainer must keep those columns."""
+    if training_args.remove_unused_columns:
+        logger.info("Setting remove_unused_columns=False: batches are built from the raw columns.")
+        training_args.remove_unused_columns = False
+
+
+def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
+    """`resume_from_checkpoint` as a folder: a path as given, or `last` for the newest checkpoint in output_dir."""
+    resume = training_args.resume_from_checkpoint
+    if resume is None or resume.lower() != "last":
+        return resume
+    last = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+    if last is None:
+        raise FinetuneInputError(f"resume_from_checkpoint=last, but {training_args.output_dir} holds no checkpoint-*.")
+    return last
+
+
+def load_splits(
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    dataset: datasets.Dataset | datasets.DatasetDict | None = None,
+) -> dict[str, datasets.Dataset]:
+    """`{"train": ..., "eval": ...}` (no `eval` without an eval set), subsampled as asked; rank 0 loads first.
+
+    The splits come from `dataset` (a lone `Dataset` is the train split) or else from the source `data_args.dataset`.
+    """
+    if (dataset is None) == (data_args.dataset is None):
+        raise FinetuneInputError("Give exactly one dataset: --dataset (a source), or a Dataset object in Python.")
+    with training_args.main_process_first(desc="loading the dataset"):
+        if dataset is None:
+            splits = load_dataset_source(data_args.dataset, data_args.dataset_config_name, data_args.max_train_samples)
+        else:
+            splits = dataset if isinstance(dataset, datasets.DatasetDict) else datasets.DatasetDict(train=dataset)
+        eval_splits = load_dataset_source(data_args.eval_dataset) if data_args.eval_dataset else None
+    seed = training_args.seed
+    train, evaluation = select_splits(
+        splits, data_args.train_split, data_args.eval_split, data_args.eval_fraction, seed, eval_splits
+    )
+    parts = {"train": subsample(train, data_args.max_train_samples, seed)}
+    if evaluation is not None:
+        parts["eval"] = subsample(evaluation, data_args.max_eval_samples, seed)
+    return parts
+
+
+def prepare_inputs(
+    task: str,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    config: PreTrainedConfig,
+    parts: dict[str, datasets.Dataset],
+) -> tuple[Any, Callable[[dict], dict], Callable[[list], dict]]:
+    """Check the input columns of every split, and return `(processing_class, transform, data_collator)`.
+
+    The transform turns raw rows into model inputs (`Dataset.with_transform`); the collator batches them (padding
+    texts, and masking tokens for masked LM).
+    """
+    if task == "image-classification":
+        image_processor = build_image_processor(model_args, config)
+        for name, part in parts.items():
+            validate_image_column(part, data_args.image_column, name, config.num_channels, data_args.image_mode)
+        transform = ImageClassificationTransform(
+            image_processor, data_args.image_column, data_args.label_column, config.num_channels, data_args.image_mode
+        )
+        _check_image_size(transform(parts["train"][:1])["pixel_values"], config)
+        return image_processor, transform, default_data_collator
+
+    tokenizer = build_tokenizer(model_args)
+    for name, part in parts.items():
+        validate_text_column(part, data_args.text_column, name)
+        if data_args.text_pair_column:
+            validate_text_column(part, data_args.text_pair_column, name, option="text_pair_column")
+    if data_args.max_seq_length > config.max_position_embeddings:
+        raise FinetuneInputError(
+            f"max_seq_length={data_args.max_seq_length} exceeds the model's {config.max_position_embeddings} positions."
+        )
+    masked_lm = task == "masked-lm"
+    transform = TextTransform(
+        tokenizer,
+        data_args.text_column,
+        data_args.max_seq_length,
+        label_column=None if masked_lm else data_args.label_column,
+        text_pair_column=data_args.text_pair_column,
+    )
+    if masked_lm:
+        return (
+            tokenizer,
+            transform,
+            DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability),
+        )
+    return tokenizer, transform, DataCollatorWithPadding(tokenizer)
+
+
+def finetune(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    dataset: datasets.Dataset | datasets.DatasetDict | None = None,
+) -> FinetuneResult:
+    """Fine-tune (and evaluate) a model of any norm_type with `NormTrainer`.
+
+    The data is `data_args.dataset` (a source: folder, file, Hub id, `packaged:<name>`) or the `dataset` object. Every
+    data and config check runs before training (raising `FinetuneInputError`). Trains (resuming from
+    `resume_from_checkpoint`, a folder or `last`), saves the model with its tokenizer or image processor, the metrics
+    and `trainer_state.json` to `output_dir`, then evaluates when there is an eval set.
+    """
+    prepare_training_arguments(training_args)
+    resume = checkpoint_to_resume(training_args)
+    family = model_family(
+        model_args.model_type
+        or PreTrainedConfig.get_config_dict(model_args.model_name_or_path)[0].get("model_type", "")
+    )
+    task = data_args.task or DEFAULT_TASKS[family]
+    if family not in TASK_MODELS[task]:
+        raise FinetuneInputError(
+            f"Task {task} is not available for {family}: it runs on {sorted(TASK_MODELS[task])}; "
+            f"{family} runs {sorted(t for t, models in TASK_MODELS.items() if family in models)}."
+        )
+
+    parts = load_splits(data_args, training_args, dataset)
+    label_names = None
+    if task != "masked-lm":
+        label_names = resolve_label_names(parts, data_args.label_column, data_args.num_labels)
+        parts = {name: encode_labels(part, data_args.label_column, label_names) for name, part in parts.items()}
+    set_seed(training_args.seed)
+    config = build_config(model_args, family, label_names)
+    processing_class, transform, collator = prepare_inputs(task, model_args, data_args, config, parts)
+    if config.norm_type == "sepnorm" and config.sepnorm_prefix_norm == "batchnorm":
+        if not training_args.dataloader_drop_last:
+            check_batch_norm_batches(
+                len(parts["train"]),
+                training_args.per_device_train_batch_size,
+                training_args.world_size,
+                config.num_prefix_tokens,
+            )
+
+    model = build_model(model_args, task, family, config)
+    if training_args.parallel_mode == ParallelMode.DISTRIBUTED:
+        model = convert_sync_batchnorm(model, training_args.device.type)
+    masked_lm = task == "masked-lm"
+    trainer = NormTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=parts["train"].with_transform(transform),
+        eval_dataset=parts["eval"].with_transform(transform) if "eval" in parts else None,
+        processing_class=processing_class,
+        data_collator=collator,
+        compute_metrics=masked_lm_metrics() if masked_lm else classification_metrics(),
+        preprocess_logits_for_metrics=argmax_logits if masked_lm else None,
+        callbacks=[NormStateCallback()],
+    )
+
+    train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
+    trainer.save_model()
+    trainer.log_metrics("train", train_metrics)
+    trainer.save_metrics("train", train_metrics)
+    trainer.save_state()
+    eval_metrics = None
+    if trainer.eval_dataset is not None:
+        eval_metrics = trainer.evaluate()
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+    return FinetuneResult(trainer, train_metrics, eval_metrics)
+
+
+def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> None:
+    """The image processor's output `[1, C, H, W]` fits the model: `C = num_channels`, `H = W = image_size`."""
+    expected = (config.num_channels, config.image_size, config.image_size)
+    if tuple(pixel_values.shape[1:]) != expected:
+        raise FinetuneInputError(
+            f"The image processor makes {tuple(pixel_values.shape[1:])} pixel arrays, but the model takes {expected} "
+            "(num_channels, image_size, image_size): give an image processor of that size (--image_processor_name) "
+            "or set image_size/num_channels in --config_overrides."
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------------------------
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, TrainingArguments)
+
+
+def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
+    """The transformers-style parser of `ModelArguments`, `DataArguments` and `TrainingArguments`."""
+    return HfArgumentParser(ARGUMENT_CLASSES, **parser_options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`hf-norms finetune ...` and `python -m hf_norms.training.finetune ...` (what torchrun and accelerate launch):
+    ModelArguments, DataArguments and TrainingArguments options, or one .json/.yaml file of them. Input errors are one
+    line on stderr, with exit status 2."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_argument_parser(prog="hf-norms finetune", description=__doc__.split("\n\n")[0])
+    with handled_errors("hf-norms finetune") as outcome:
+        if len(argv) == 1 and argv[0].endswith(".json"):
+            arguments = parser.parse_json_file(argv[0])
+        elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+            arguments = parser.parse_yaml_file(argv[0])
+        else:
+            arguments = parser.parse_args_into_dataclasses(argv)
+        finetune(*arguments)
+    return outcome.status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

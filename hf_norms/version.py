@@ -1,0 +1,3 @@
+"""The hf-norms release (pyproject.toml reads it from here)."""
+
+VERSION = "0.1.0"

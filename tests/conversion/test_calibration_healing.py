@@ -1,0 +1,193 @@
+"""DyT calibration beats the naive swap on the real MiniLM; healing through the Trainer improves it further, updates
+the report and resumes from its checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_convert import save_images
+from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+from hf_norms import cli
+from hf_norms.conversion import healing
+from hf_norms.conversion.calibration import dyt_fit_loss_and_gradients, fit_dyt
+from hf_norms.conversion.checkpoint_io import ConversionError
+from hf_norms.conversion.convert import convert
+from hf_norms.conversion.data import load_examples
+from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
+
+
+def test_fit_dyt_recovers_a_dyt_function():
+    generator = torch.Generator().manual_seed(0)
+    x = 2 * torch.randn(4096, 6, generator=generator)
+    alpha = torch.tensor([0.2, 0.5, 1.0, 2.0, 0.7, 0.3])
+    weight, bias = torch.linspace(-2, 2, 6), torch.linspace(0.5, -0.5, 6)
+    y = weight * torch.tanh(alpha * x) + bias
+    fit = fit_dyt(x, y, per_channel=True)
+    assert fit.relative_error < 1e-4
+    assert torch.allclose(fit.alpha, alpha, rtol=1e-2)
+    scalar = fit_dyt(x, y, per_channel=False)
+    assert scalar.alpha.shape == (1,) and scalar.relative_error > fit.relative_error
+
+
+def test_load_examples_from_every_kind_of_source(tmp_path):
+    import datasets
+
+    (tmp_path / "texts.txt").write_text("first text\n\nsecond text\n")
+    assert load_examples(tmp_path / "texts.txt", "text").items == ["first text", "second text"]
+    images = save_images(tmp_path / "images" / "nested", 3)
+    assert len(load_examples(tmp_path / "images", "image")) == 3  # searched recursively
+    pictures = load_examples(images, "image").items
+    datasets.Dataset.from_dict({"label": [0, 1], "sentence": ["a", "b"]}).save_to_disk(tmp_path / "text-ds")
+    assert load_examples(tmp_path / "text-ds", "text").items == ["a", "b"]
+    image_ds = datasets.Dataset.from_dict(
+        {"picture": pictures}, features=datasets.Features({"picture": datasets.Image()})
+    )
+    image_ds.save_to_disk(tmp_path / "image-ds")
+    loaded = load_examples(tmp_path / "image-ds", "image")
+    assert len(loaded) == 3 and loaded.items[0].mode == "RGB" and loaded.description == str(tmp_path / "image-ds")
+    assert load_examples(image_ds, "image").description.endswith("(3 rows)")
+    assert load_examples(["x", "y"], "text").items == ["x", "y"]
+    with pytest.raises(ConversionError, match="holds images, but this model takes text"):
+        load_examples(images, "text")
+    with pytest.raises(ConversionError, match="no text column"):
+        load_examples(tmp_path / "image-ds", "text")
+    with pytest.raises(ConversionError, match="PIL images"):
+        load_examples(["x"], "image")
+
+
+@pytest.fixture(scope="module")
+def news_files(tmp_path_factory):
+    """Real BBC News texts, one per line: a calibration/evaluation file and a disjoint healing file."""
+    from hf_norms import packaged
+
+    texts = [" ".join(text.split()) for text, _ in packaged.bbc_news()]
+    folder = tmp_path_factory.mktemp("news")
+    (folder / "calibration.txt").write_text("\n".join(texts[:24]) + "\n")
+    (folder / "healing.txt").write_text("\n".join(texts[100:164]) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def minilm_dyt(minilm_dir, news_files, tmp_path_factory):
+    """MiniLM converted to DyT, calibrated on 16 texts and evaluated on the next 8."""
+    out = tmp_path_factory.mktemp("minilm-dyt") / "model"
+    convert(
+        minilm_dir,
+        "dyt",
+        out,
+        calibration_data=news_files / "calibration.txt",
+        calibration_samples=16,
+        evaluation_samples=8,
+        max_length=64,
+    )
+    return out
+
+
+def test_calibration_beats_the_naive_swap_on_minilm(minilm_dyt):
+    report = json.loads((minilm_dyt / REPORT_JSON).read_text())
+    naive, calibrated = report["stages"]["naive"], report["stages"]["calibrated"]
+    assert report["evaluation"] | {"start": 16, "samples": 8} == report["evaluation"]
+    assert naive["end_to_end"]["mean_cosine"] < 0.3  # the swap the official code does is useless
+    assert calibrated["end_to_end"]["mean_cosine"] > 0.75  # the issue's per-layer scalar fit reached 0.115
+    assert all(calibrated["per_norm"][name] < naive["per_norm"][name] for name in naive["per_norm"])
+    assert calibrated["per_norm"]["embeddings.LayerNorm"] < 0.15
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16 autocast"])
+def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, tmp_path, bf16):
+    before = json.loads((minilm_dyt / REPORT_JSON).read_text())
+    out = tmp_path / "healed"
+    report = healing.heal(
+        minilm_dyt,
+        news_files / "healing.txt",
+        output=out,
+        samples=48,
+        max_steps=9,
+        warmup_steps=3,
+        batch_size=8,
+        max_length=32,
+        learning_rate=1e-4,
+        bf16=bf16,
+        progress=False,
+    )
+    calibrated = before["stages"]["calibrated"]["end_to_end"]["mean_cosine"]
+    healed = report["stages"]["healed"]["end_to_end"]["mean_cosine"]
+    assert healed > calibrated + 0.01, (calibrated, healed)
+    assert report["healing"]["steps"] == 9 and report["healing"]["samples"] == 48
+    assert report["healing"]["bf16"] is bf16
+    assert report["healing"]["data"] == str(news_files / "healing.txt") and report["healing"]["loss"]
+    saved = json.loads((out / REPORT_JSON).read_text())
+    assert list(saved["stages"]) == ["naive", "calibrated", "healed"]
+    assert saved["stages"]["calibrated"] == before["stages"]["calibrated"]
+    assert "| healed |" in (out / REPORT_MD).read_text()
+    assert json.loads((minilm_dyt / REPORT_JSON).read_text()) == before  # --output leaves the converted folder
+
+
+@pytest.fixture()
+def tiny_dyt(tmp_path):
+    torch.manual_seed(0)
+    config = ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+        num_labels=3,
+    )
+    ViTForImageClassification(config).save_pretrained(tmp_path / "source")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "source")
+    images = save_images(tmp_path / "images", 24)
+    convert(
+        tmp_path / "source",
+        "dyt",
+        tmp_path / "dyt",
+        calibration_data=images,
+        calibration_samples=8,
+        evaluation_samples=4,
+    )
+    return tmp_path / "dyt", images
+
+
+def test_healing_resumes_from_its_checkpoint_in_place(tiny_dyt):
+    folder, images = tiny_dyt
+    weights_before = (folder / "model.safetensors").read_bytes()
+    work = folder.parent / f".{folder.name}.healing"
+    stopped = healing.heal(folder, images, max_steps=4, warmup_steps=0, batch_size=4, max_minutes=0, progress=False)
+    assert stopped["healing"]["steps"] == 1  # the time limit stopped it after one step, with a checkpoint
+    assert (work / "checkpoint-1").is_dir()
+    assert (folder / "model.safetensors").read_bytes() != weights_before  # in place, the partial result is kept
+    resumed = healing.heal(folder, images, max_steps=4, warmup_steps=0, batch_size=4, resume=True, progress=False)
+    assert resumed["healing"]["steps"] == 4 and resumed["healing"]["resumed_from_step"] == 1
+    assert not work.exists()  # a finished run removes its checkpoints
+    assert (folder / "model.safetensors").is_file() and "healed" in json.loads((folder / REPORT_JSON).read_text())[
+        "stages"
+    ]
+    # the images held out for evaluation (8..11) never enter training
+    assert resumed["healing"]["samples"] == len(load_examples(images, "image")) - 4
+
+
+def test_heal_refuses_a_folder_without_report(tmp_path, capsys):
+    assert cli.main(["heal", str(tmp_path), "--data", str(tmp_path / "x.txt")]) == 2
+    assert "conversion_report.json" in capsys.readouterr().err
+    with pytest.raises(ConversionError, match=r"conversion_report\.json"):
+        healing.heal(tmp_path, ["text"])
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_dyt_fit_gradients_match_autograd(per_channel):
+    torch.manual_seed(0)
+    x, y = torch.randn(300, 16) * 3, torch.randn(300, 16)
+    log_alpha = torch.randn(16 if per_channel else 1) * 0.3 - 1
+    weight, bias = torch.randn(16), torch.randn(16)
+    loss, gradients = dyt_fit_loss_and_gradients(x, y, log_alpha, weight, bias)
+    params = [t.clone().double().requires_grad_(True) for t in (log_alpha, weight, bias)]
+    reference = (params[1] * torch.tanh(params[0].exp() * x.double()) + params[2] - y.double()).pow(2).mean()
+    reference = reference / y.double().pow(2).mean()
+    reference.backward()
+    torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-7)
+    for gradient, param in zip(gradients, params, strict=True):
+        torch.testing.assert_close(gradient.double(), param.grad, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,445 @@
+"""`convert` and `hf-norms convert`: exact conversions of the real MiniLM and DINOv2, the saved checkpoint and its
+report, byte-identical outputs, a Hub source, and every bad input refused with nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_without_hf_norms
+from PIL import Image
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    GPT2Config,
+    GPT2Model,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTImageProcessor,
+    ViTModel,
+)
+
+import hf_norms
+from hf_norms import cli
+from hf_norms.conversion.checkpoint_io import ConversionError
+from hf_norms.conversion.convert import convert, parse_norm_options
+from hf_norms.conversion.report import REPORT_JSON, REPORT_MD, REPORT_PNG
+from hf_norms.hub.server import HubServer
+
+EXACT_TYPES = ["sepnorm", "dtn", "lape"]
+STAGE_KEYS = {"max_abs_diff", "mean_cosine", "top1_agreement", "kl_divergence"}
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder`, by relative path."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def leftovers(parent: Path, name: str) -> list[str]:
+    """Staging or retired folders a conversion to `parent/name` could have left behind."""
+    return [entry.name for entry in parent.iterdir() if entry.name.startswith(f".{name}.")]
+
+
+def save_images(folder: Path, count: int, size: int = 32) -> Path:
+    """`count` deterministic RGB PNGs (smooth gradients with noise) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    generator = np.random.default_rng(0)
+    ys, xs = np.mgrid[0:size, 0:size] / (size - 1)
+    for index in range(count):
+        colours = generator.uniform(0, 255, size=3)
+        pixels = colours * (0.5 + 0.5 * xs[..., None] * ys[..., None]) + generator.normal(0, 25, (size, size, 3))
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(folder / f"{index:03d}.png")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_vit_dir(tmp_path_factory) -> Path:
+    """A stock transformers ViT classifier (32 px, 2 layers) with its image processor."""
+    torch.manual_seed(0)
+    config = ViTConfig(
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        image_size=32,
+        patch_size=8,
+        num_labels=3,
+    )
+    folder = tmp_path_factory.mktemp("tiny-vit")
+    ViTForImageClassification(config).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_dir(tmp_path_factory, minilm_dir) -> Path:
+    """A stock transformers BERT masked LM (2 layers, 32 wide) with MiniLM's tokenizer."""
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory) -> Path:
+    return save_images(tmp_path_factory.mktemp("images") / "data", 12)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Exact conversions of the real models
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_type", EXACT_TYPES)
+def test_exact_conversion_of_real_minilm(minilm_dir, news_sentences, norm_type, tmp_path):
+    before = tree_digest(minilm_dir)
+    report = convert(minilm_dir, norm_type, tmp_path / "out", evaluation_data=news_sentences)
+    assert report["exact"] and list(report["stages"]) == ["exact"]
+    exact = report["stages"]["exact"]
+    assert exact["end_to_end"]["max_abs_diff"] <= 1e-5
+    assert exact["end_to_end"]["mean_cosine"] > 1 - 1e-6
+    assert max(exact["per_norm"].values()) <= 1e-5
+    assert len(exact["per_norm"]) == 13  # embeddings + 2 per layer in 6 layers
+    assert tree_digest(minilm_dir) == before  # the source is only read
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    batch = tokenizer(news_sentences, padding=True, return_tensors="pt")
+    converted = AutoModel.from_pretrained(tmp_path / "out").eval()
+    assert type(converted).__name__ == "BertNormModel" and converted.config.norm_type == norm_type
+    with torch.no_grad():
+        ours = converted(**batch).last_hidden_state
+        stock = BertModel.from_pretrained(minilm_dir).eval()(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    assert (ours - stock)[real].abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("norm_type", EXACT_TYPES)
+def test_exact_conversion_of_real_dinov2(dinov2_dir, photo_pixels, norm_type, tmp_path):
+    from hf_norms import packaged
+
+    photos = packaged.photos()
+    images = [photos["astronaut"], photos["coffee"]]
+    fold = norm_type == "dtn"  # folding on a real model too: DTN's affine folds exactly into q/k/v and fc1
+    report = convert(dinov2_dir, norm_type, tmp_path / "out", evaluation_data=images, fold=fold)
+    exact = report["stages"]["exact"]
+    assert report["exact"] and exact["end_to_end"]["max_abs_diff"] <= 1e-5
+    assert len(exact["per_norm"]) == 25
+    if fold:
+        folding = report["folding"]
+        # Folding is exact algebra; in float32 it reorders rounding over 12 layers: measured 2.0e-5 on outputs up to 11
+        # (1.8e-6 relative), while the unfolded float32 model is itself 5e-5 from its float64 evaluation. The folded
+        # model is no further from the exact result than the original is. (Tiny models hold 1e-5: test_folding.py.)
+        assert report["folded"] and folding["max_abs_diff_to_unfolded"] <= 4e-6 * folding["max_abs_output"]
+        to_float64 = folding["max_abs_diff_to_float64"]
+        assert to_float64["folded"] <= 1.5 * to_float64["unfolded"]
+        assert len(report["folding"]["folded"]) == 24  # q/k/v and fc1 norms; the final norm is the output
+
+    converted = AutoModel.from_pretrained(tmp_path / "out", add_pooling_layer=False).eval()
+    with torch.no_grad():
+        ours = converted(pixel_values=photo_pixels).last_hidden_state
+        stock = ViTModel.from_pretrained(dinov2_dir, add_pooling_layer=False).eval()(pixel_values=photo_pixels)
+    bound = 4e-6 * report["folding"]["max_abs_output"] if fold else 1e-5
+    assert (ours - stock.last_hidden_state).abs().max().item() <= bound
+
+
+STOCK_HEADS = [
+    ("DeiTForImageClassificationWithTeacher", "sepnorm", True),
+    ("ViTForMaskedImageModeling", "lape", False),
+    ("BertForSequenceClassification", "dtn", False),
+    ("BertForPreTraining", "layernorm", False),
+]
+
+
+@pytest.mark.parametrize(("class_name", "norm_type", "fold"), STOCK_HEADS, ids=[h[0] for h in STOCK_HEADS])
+def test_exact_conversion_of_stock_heads(class_name, norm_type, fold, tmp_path):
+    """Any head of each family converts; without a tokenizer or image processor, fixed random inputs evaluate it."""
+    import transformers
+
+    torch.manual_seed(0)
+    size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_labels=3)
+    if class_name.startswith("Bert"):
+        config = BertConfig(vocab_size=99, max_position_embeddings=40, **size)
+    else:
+        config_class = transformers.DeiTConfig if class_name.startswith("DeiT") else ViTConfig
+        config = config_class(image_size=32, patch_size=8, encoder_stride=8, **size)
+    getattr(transformers, class_name)(config).save_pretrained(tmp_path / "source")
+    report = convert(tmp_path / "source", norm_type, tmp_path / "out", fold=fold)
+    prefix = next(p for p in ("Bert", "DeiT", "ViT") if class_name.startswith(p))
+    assert report["architecture"] == class_name.replace(prefix, f"{prefix}Norm", 1)
+    exact = report["stages"]["exact"]["end_to_end"]
+    assert report["evaluation"]["data"] == "built-in probe inputs (no processor)"
+    assert exact["max_abs_diff"] <= 1e-5
+    assert (exact["top1_agreement"] == 1.0) == ("Classification" in class_name or "PreTraining" in class_name)
+    if fold:
+        assert report["folding"]["max_abs_diff_to_unfolded"] <= 1e-5 and len(report["folding"]["folded"]) == 5
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The saved checkpoint and its report
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_dyt_conversion_writes_checkpoint_and_report(tiny_vit_dir, image_folder, tmp_path):
+    report = convert(
+        tiny_vit_dir,
+        "dyt",
+        tmp_path / "out",
+        calibration_data=image_folder,
+        calibration_samples=8,
+        evaluation_samples=4,
+    )
+    out = tmp_path / "out"
+    files = set(os.listdir(out))
+    expected = {"config.json", "model.safetensors", "preprocessor_config.json", REPORT_JSON, REPORT_MD, REPORT_PNG}
+    assert expected <= files
+    assert {"modeling_vit_norm.py", "configuration_vit_norm.py", "norms.py"} <= files
+
+    saved = json.loads((out / REPORT_JSON).read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert saved["family"] == "vit" and saved["architecture"] == "ViTNormForImageClassification"
+    assert saved["norm_type"] == "dyt" and saved["exact"] is False and saved["folded"] is False
+    assert saved["source"] == str(tiny_vit_dir) and saved["source_revision"] is None
+    assert saved["options"]["dyt_per_channel_alpha"] is True and "norm_type" in saved["options"]
+    assert saved["calibration"]["samples"] == 8 and saved["calibration"]["data"] == str(image_folder)
+    assert isinstance(saved["calibration"]["seconds"], float) and saved["calibration"]["method"]
+    assert saved["healing"] is None
+    assert saved["evaluation"]["samples"] == 4 and saved["evaluation"]["start"] == 8  # held out after calibration
+    assert list(saved["stages"]) == ["naive", "calibrated"]
+    for stage in saved["stages"].values():
+        assert set(stage["end_to_end"]) == STAGE_KEYS
+        assert stage["end_to_end"]["top1_agreement"] is not None  # the classifier head gives logits
+        assert set(stage["per_norm"]) == {
+            f"vit.layers.{i}.layernorm_{p}" for i in (0, 1) for p in ("before", "after")
+        } | {"vit.layernorm"}
+    naive, calibrated = saved["stages"]["naive"], saved["stages"]["calibrated"]
+    assert calibrated["end_to_end"]["mean_cosine"] > naive["end_to_end"]["mean_cosine"]
+    assert calibrated["end_to_end"]["kl_divergence"] < naive["end_to_end"]["kl_divergence"]
+
+    markdown = (out / REPORT_MD).read_text()
+    assert "| naive |" in markdown and "| calibrated |" in markdown and "`vit.layernorm`" in markdown
+    with Image.open(out / REPORT_PNG) as plot:
+        assert plot.format == "PNG" and plot.width > 300
+
+    model = AutoModel.from_pretrained(out)  # the Auto class of the head, through import hf_norms
+    assert type(model).__name__ == "ViTNormModel" and model.config.norm_type == "dyt"
+
+
+def test_fidelity_compared_in_parts_equals_one_pass(tiny_vit_dir, monkeypatch):
+    """`measure_fidelity` runs at most `EXAMPLES_PER_FORWARD` examples per forward pass (memory); the parts add up to
+    what one pass over the batch gives."""
+    from hf_norms.conversion import fidelity
+    from hf_norms.conversion.calibration import norms_in_forward_order
+
+    teacher = ViTForImageClassification.from_pretrained(tiny_vit_dir).eval()
+    student = hf_norms.ViTNormForImageClassification.from_pretrained(tiny_vit_dir, norm_type="dyt").eval()
+    batch = {"pixel_values": torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(0))}
+    assert [len(part["pixel_values"]) for part in fidelity.split_batch(batch, 2)] == [2, 2, 1]
+    names = norms_in_forward_order(teacher, batch)
+    monkeypatch.setattr(fidelity, "EXAMPLES_PER_FORWARD", 2)
+    parts = fidelity.measure_fidelity(student, teacher, [batch], names)
+    monkeypatch.setattr(fidelity, "EXAMPLES_PER_FORWARD", 5)
+    whole = fidelity.measure_fidelity(student, teacher, [batch], names)
+    assert parts["end_to_end"]["top1_agreement"] == whole["end_to_end"]["top1_agreement"]
+    for key in ("max_abs_diff", "mean_cosine", "kl_divergence"):
+        assert parts["end_to_end"][key] == pytest.approx(whole["end_to_end"][key], rel=1e-5)
+    assert parts["per_norm"] == pytest.approx(whole["per_norm"], rel=1e-5)
+    assert whole["end_to_end"]["mean_cosine"] < 0.999  # a naive DyT swap: the metrics are not trivially equal
+
+
+def test_same_inputs_give_byte_identical_weights(tiny_vit_dir, image_folder, tmp_path):
+    before = tree_digest(tiny_vit_dir)
+    for name in ("a", "b"):
+        convert(tiny_vit_dir, "dyt", tmp_path / name, calibration_data=image_folder, calibration_samples=8)
+    first, second = ((tmp_path / name / "model.safetensors").read_bytes() for name in ("a", "b"))
+    assert first == second
+    assert tree_digest(tiny_vit_dir) == before
+
+
+def test_checkpoint_loads_through_auto_and_remote_code(tiny_bert_dir, tmp_path):
+    out = tmp_path / "bert-sepnorm"
+    report = convert(tiny_bert_dir, "sepnorm", out, max_length=16)
+    assert report["evaluation"]["data"] == "built-in probe sentences"
+    assert report["stages"]["exact"]["end_to_end"]["max_abs_diff"] <= 1e-5
+    assert report["stages"]["exact"]["end_to_end"]["top1_agreement"] == 1.0  # the MLM head's logits
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    batch = tokenizer(["A first sentence.", "And a second, longer one."], padding=True, return_tensors="pt")
+    model = AutoModelForMaskedLM.from_pretrained(out).eval()
+    assert type(model).__name__ == "BertNormForMaskedLM"
+    with torch.no_grad():
+        expected = BertForMaskedLM.from_pretrained(tiny_bert_dir).eval()(**batch).logits
+        assert (model(**batch).logits - expected).abs().max().item() <= 1e-5
+    torch.save({"batch": dict(batch), "expected": expected}, tmp_path / "reference.pt")
+    code = f"""
+        import torch
+        from transformers import AutoModelForMaskedLM
+        model = AutoModelForMaskedLM.from_pretrained({str(out)!r}, trust_remote_code=True).eval()
+        reference = torch.load({str(tmp_path / "reference.pt")!r})
+        with torch.no_grad():
+            logits = model(**reference["batch"]).logits
+        print(type(model).__name__, (logits - reference["expected"]).abs().max().item())
+    """
+    name, difference = run_without_hf_norms(code, tmp_path).split()
+    assert name == "BertNormForMaskedLM" and float(difference) <= 1e-5
+
+
+def test_cli_converts_a_hub_source(tiny_bert_dir, tmp_path, monkeypatch):
+    """`hf-norms convert org/name` downloads through HF_ENDPOINT (the loopback hub) and records the revision."""
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest is offline; this is loopback
+    with HubServer(tmp_path / "hub", tokens=["token"]) as hub:
+        api = HfApi(endpoint=hub.url, token="token")
+        api.create_repo("org/tiny-bert")
+        commit = api.upload_folder(folder_path=tiny_bert_dir, repo_id="org/tiny-bert").oid
+        code = textwrap.dedent(
+            f"""
+            import sys
+            from hf_norms import cli
+            sys.exit(cli.main(["convert", "org/tiny-bert", "--norm-type", "dtn", "--output", {str(tmp_path / "out")!r},
+                               "--max-length", "16"]))
+            """
+        )
+        env = {**os.environ, **hub.client_env("token"), "HF_HOME": str(tmp_path / "hf-home")}
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "exact: max abs diff" in result.stdout
+    report = json.loads((tmp_path / "out" / REPORT_JSON).read_text())
+    assert report["source"] == "org/tiny-bert" and report["source_revision"] == commit
+    assert report["stages"]["exact"]["end_to_end"]["max_abs_diff"] <= 1e-5
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Bad input: a clear error, and nothing written
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def copy_checkpoint(source: Path, target: Path) -> Path:
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+    return target
+
+
+def truncated(source: Path, folder: Path) -> Path:
+    folder = copy_checkpoint(source, folder)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) - 100])
+    return folder
+
+
+def corrupt_header(source: Path, folder: Path) -> Path:
+    folder = copy_checkpoint(source, folder)
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[10:20] = b"#" * 10
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    return folder
+
+
+def pickle_only(source: Path, folder: Path) -> Path:
+    folder = copy_checkpoint(source, folder)
+    model = ViTForImageClassification.from_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    return folder
+
+
+def unsupported_architecture(source: Path, folder: Path) -> Path:
+    GPT2Model(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50)).save_pretrained(folder)
+    return folder
+
+
+BAD_INPUTS = {
+    "truncated safetensors": (truncated, "sepnorm", {}, "truncated or corrupt"),
+    "corrupt safetensors header": (corrupt_header, "sepnorm", {}, "corrupt"),
+    "pickle-only checkpoint": (pickle_only, "sepnorm", {}, "--allow-pickle"),
+    "unsupported architecture": (unsupported_architecture, "sepnorm", {}, "model_type 'gpt2' is not supported"),
+    "unknown norm_type": (None, "rmsnorm", {}, "norm_type 'rmsnorm' is not supported"),
+    "option that does not fit": (None, "dtn", {"options": {"dtn_num_heads": 5}}, "does not fit"),
+    "unknown option": (None, "dyt", {"options": {"dyt_alpha": 1.0}}, "Unknown norm option"),
+    "DyT without calibration data": (None, "dyt", {}, "calibration data"),
+    "text data for an image model": (None, "dyt", {"calibration_data": ["a text"]}, "PIL images"),
+    "missing data path": (None, "dyt", {"calibration_data": "/nonexistent/data.txt"}, "does not exist"),
+    "BERT folding": ("bert", "sepnorm", {"fold": True}, "post-LN"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_refused_and_nothing_is_written(case, tiny_vit_dir, tiny_bert_dir, tmp_path):
+    make_source, norm_type, kwargs, message = BAD_INPUTS[case]
+    if make_source == "bert":
+        source = tiny_bert_dir
+    elif make_source is None:
+        source = tiny_vit_dir
+    else:
+        source = make_source(tiny_vit_dir, tmp_path / "source")
+    before = tree_digest(source)
+    with pytest.raises(ConversionError, match=message):
+        convert(source, norm_type, tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists() and not leftovers(tmp_path, "out")
+    assert tree_digest(source) == before
+
+
+def test_pickle_checkpoint_converts_with_allow_pickle(tiny_vit_dir, tmp_path):
+    source = pickle_only(tiny_vit_dir, tmp_path / "source")
+    report = convert(source, "sepnorm", tmp_path / "out", allow_pickle=True)
+    assert report["stages"]["exact"]["end_to_end"]["max_abs_diff"] <= 1e-5
+    assert (tmp_path / "out" / "model.safetensors").is_file()  # the output is safetensors
+
+
+def test_existing_output_is_refused_without_overwrite(tiny_vit_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ConversionError, match="--overwrite"):
+        convert(tiny_vit_dir, "lape", out)
+    assert os.listdir(out) == ["keep.txt"]
+    convert(tiny_vit_dir, "lape", out, overwrite=True)
+    assert "keep.txt" not in os.listdir(out) and (out / REPORT_JSON).is_file()
+    assert not leftovers(tmp_path, "out")
+
+
+def test_output_inside_the_source_is_refused(tiny_vit_dir):
+    with pytest.raises(ConversionError, match="overlaps the source"):
+        convert(tiny_vit_dir, "lape", tiny_vit_dir / "converted")
+    assert not (tiny_vit_dir / "converted").exists()
+
+
+def test_cli_reports_errors_with_exit_code_2(tiny_vit_dir, tmp_path, capsys):
+    assert cli.main(["convert", str(tiny_vit_dir), "--norm-type", "dyt", "--output", str(tmp_path / "o")]) == 2
+    assert "calibration data" in capsys.readouterr().err
+    assert cli.main(["convert", "x", "--norm-type", "dyt", "--output", "o", "--option", "bogus=1"]) == 2
+    assert "bogus=1" in capsys.readouterr().err
+    assert parse_norm_options(["dyt_per_channel_alpha=false", "dtn_gate_init=0.25", "dtn_num_heads=none"]) == {
+        "dyt_per_channel_alpha": False,
+        "dtn_gate_init": 0.25,
+        "dtn_num_heads": None,
+    }
+    assert hf_norms.__version__

@@ -1,0 +1,285 @@
+"""Model cards rendered from real conversions of the packaged MiniLM: metadata, body, and the Trainer's card.
+
+The conversion reports here are written by the tests from numbers they measure on real BBC News sentences (an exact
+SepNorm conversion, a naive DyT swap healed by a few real distillation steps), in the schema `hf_norms.convert` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import HEAD_CASES, tiny_config
+from huggingface_hub import ModelCard
+from transformers import AutoTokenizer, BertModel, Trainer, TrainingArguments
+
+import hf_norms
+from hf_norms import packaged
+from hf_norms.hub.card_facts import REPORT_NAME, head_of
+from hf_norms.hub.citations import PAPERS
+from hf_norms.hub.model_card import NormCardTrainerMixin, model_card_for_folder
+from hf_norms.hub.publish import CheckpointRefused
+from hf_norms.models.version_guard import OVERRIDE_VARIABLE, SUPPORTED_TRANSFORMERS, check_transformers_version
+
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def bbc_texts(count: int, split: str = "test") -> tuple[list[str], list[int]]:
+    """`count` real BBC News articles (first 300 characters) and their class indices, from the held-out split."""
+    train, test = packaged.split_train_test(packaged.bbc_news(), test_fraction=0.2, seed=0)
+    items = (test if split == "test" else train)[:count]
+    return [text[:300] for text, _ in items], [packaged.BBC_NEWS_LABELS.index(label) for _, label in items]
+
+
+def text_batch(tokenizer, count: int = 8) -> dict[str, torch.Tensor]:
+    texts, _ = bbc_texts(count)
+    return dict(tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="pt"))
+
+
+def mean_pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sentence embeddings as all-MiniLM-L6-v2 makes them: the mean of the real tokens' states, `[batch, hidden]`."""
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1)
+
+
+@torch.no_grad()
+def text_fidelity(converted, source, batch) -> dict:
+    """End-to-end fidelity of a converted BERT to its source: max abs diff of the last hidden states, mean cosine of
+    the mean-pooled embeddings (no logits, so no top-1 agreement or KL)."""
+    mine, theirs = converted(**batch).last_hidden_state, source(**batch).last_hidden_state
+    cosine = torch.nn.functional.cosine_similarity(
+        mean_pooled(mine, batch["attention_mask"]), mean_pooled(theirs, batch["attention_mask"])
+    )
+    return {
+        "max_abs_diff": (mine - theirs).abs().max().item(),
+        "mean_cosine": cosine.mean().item(),
+        "top1_agreement": None,
+        "kl_divergence": None,
+    }
+
+
+def heal(converted, source, batch, steps: int) -> dict:
+    """Real distillation steps (AdamW, MSE of the last hidden states to the source's); returns the report's healing."""
+    start = time.perf_counter()
+    optimizer = torch.optim.AdamW(converted.parameters(), lr=1e-3)
+    with torch.no_grad():
+        target = source(**batch).last_hidden_state
+    converted.train()
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(converted(**batch).last_hidden_state, target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    converted.eval()
+    return {
+        "data": "bbc_news",
+        "samples": batch["input_ids"].shape[0],
+        "steps": steps,
+        "seconds": time.perf_counter() - start,
+        "loss": "mse of the last hidden states",
+    }
+
+
+def write_report(folder: Path, source: str, model, stages: dict, *, exact: bool, samples: int, healing=None) -> dict:
+    """A conversion report in `hf_norms.convert`'s schema, beside the checkpoint."""
+    config = model.config
+    report = {
+        "hf_norms_version": hf_norms.__version__,
+        "source": source,
+        "source_revision": None,
+        "family": "bert",
+        "architecture": type(model).__name__,
+        "norm_type": config.norm_type,
+        "exact": exact,
+        "options": {"sepnorm_prefix_norm": config.sepnorm_prefix_norm} if config.norm_type == "sepnorm" else {},
+        "folded": False,
+        "calibration": None,
+        "healing": healing,
+        "evaluation": {"data": "bbc_news", "samples": samples},
+        "stages": {name: {"end_to_end": values, "per_norm": {}} for name, values in stages.items()},
+    }
+    (folder / REPORT_NAME).write_text(json.dumps(report, indent=1))
+    return report
+
+
+def convert_minilm(minilm_dir: Path, folder: Path, heal_steps: int = 0, **norm_options) -> dict:
+    """Convert the real MiniLM, measure it on held-out BBC News sentences, save it with its tokenizer and report."""
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    source = BertModel.from_pretrained(minilm_dir).eval()
+    converted = hf_norms.BertNormModel.from_pretrained(minilm_dir, **norm_options).eval()
+    batch = text_batch(tokenizer)
+    exact = heal_steps == 0 and norm_options["norm_type"] != "dyt"
+    stages = {"exact" if exact else "naive": text_fidelity(converted, source, batch)}
+    healing = None
+    if heal_steps:
+        torch.manual_seed(0)
+        healing = heal(converted, source, batch, heal_steps)
+        stages["healed"] = text_fidelity(converted, source, batch)
+    converted.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    samples = batch["input_ids"].shape[0]
+    return write_report(folder, str(minilm_dir), converted, stages, exact=exact, samples=samples, healing=healing)
+
+
+@pytest.fixture(scope="module")
+def sepnorm_exact(minilm_dir, tmp_path_factory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("card") / "minilm-sepnorm"
+    return folder, convert_minilm(minilm_dir, folder, norm_type="sepnorm", sepnorm_prefix_norm="layernorm")
+
+
+@pytest.fixture(scope="module")
+def dyt_healed(minilm_dir, tmp_path_factory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("card") / "minilm-dyt"
+    return folder, convert_minilm(minilm_dir, folder, heal_steps=2, norm_type="dyt")
+
+
+def eval_values(card: ModelCard) -> dict[str, float]:
+    return {result.metric_type: result.metric_value for result in card.data.eval_results or []}
+
+
+def test_exact_conversion_card(sepnorm_exact, minilm_dir, tmp_path):
+    folder, report = sepnorm_exact
+    measured = report["stages"]["exact"]["end_to_end"]
+    assert measured["max_abs_diff"] <= 1e-5 and measured["mean_cosine"] > 0.99999  # really exact
+    card = model_card_for_folder(folder, "hf-norms/all-MiniLM-L6-v2-sepnorm", base_model=MINILM_ID)
+    data = card.data.to_dict()
+    assert data["library_name"] == "transformers" and data["pipeline_tag"] == "feature-extraction"
+    assert data["base_model"] == MINILM_ID and "base_model_relation" not in data  # a pure conversion
+    assert data["license"] == "apache-2.0" and data["language"] == "en"  # carried from the packaged source's card
+    assert {"hf-norms", "bert", "sepnorm", "custom_code", "arxiv:2309.12931"} <= set(data["tags"])
+    assert "datasets" not in data  # nothing was fitted on data
+    assert eval_values(card) == {"cosine_similarity": measured["mean_cosine"], "max_abs_diff": measured["max_abs_diff"]}
+    text = str(card)
+    assert r"\mathrm{Norm}_{\mathrm{prefix}}" in text and "@inproceedings{chen2023sepnorm," in text
+    assert f"| exact | {measured['max_abs_diff']:.3g} | {measured['mean_cosine']:.4f} | — | — |" in text
+    assert 'AutoModel.from_pretrained("hf-norms/all-MiniLM-L6-v2-sepnorm", trust_remote_code=True)' in text
+    assert "import hf_norms" in text and SUPPORTED_TRANSFORMERS in text
+    assert "not the BatchNorm of the paper's default" in text
+    assert str(minilm_dir) not in text  # no local paths
+    card.save(tmp_path / "README.md")
+    assert ModelCard.load(tmp_path / "README.md").data.to_dict() == data
+
+
+def test_healed_dyt_card_is_a_finetune_with_the_post_ln_caveat(dyt_healed):
+    folder, report = dyt_healed
+    naive, healed = (report["stages"][stage]["end_to_end"] for stage in ("naive", "healed"))
+    assert healed["mean_cosine"] != naive["mean_cosine"]  # the distillation steps changed the weights
+    card = model_card_for_folder(folder, "hf-norms/all-MiniLM-L6-v2-dyt", base_model=MINILM_ID)
+    data = card.data.to_dict()
+    assert data["base_model_relation"] == "finetune"
+    assert data["datasets"] == ["SetFit/bbc-news"]  # the healing data
+    assert "arxiv:2503.10622" in data["tags"]
+    assert eval_values(card) == {"cosine_similarity": healed["mean_cosine"], "max_abs_diff": healed["max_abs_diff"]}
+    text = str(card)
+    assert f"| naive | {naive['max_abs_diff']:.3g} | {naive['mean_cosine']:.4f} |" in text
+    assert f"| healed | {healed['max_abs_diff']:.3g} | {healed['mean_cosine']:.4f} |" in text
+    assert "Healed by distillation" in text and "2 steps" in text
+    assert "post-LN" in text and r"\tanh(\alpha x)" in text and "@inproceedings{zhu2025dyt," in text
+
+
+class CardTrainer(NormCardTrainerMixin, Trainer):
+    pass
+
+
+def test_trainer_card_equals_the_folder_card(sepnorm_exact, tmp_path):
+    """A real (short) fine-tuning run: the Trainer's card is the folder's card, with its evaluation in model-index."""
+    folder, _ = sepnorm_exact
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = hf_norms.BertNormForSequenceClassification.from_pretrained(folder, num_labels=5)
+    examples = []
+    for split, count in (("train", 8), ("test", 8)):
+        texts, labels = bbc_texts(count, split)
+        encoded = tokenizer(texts, truncation=True, max_length=32, padding="max_length")
+        examples.append([{**{k: v[i] for k, v in encoded.items()}, "labels": labels[i]} for i in range(count)])
+    output_dir = tmp_path / "finetuned"
+    args = TrainingArguments(
+        output_dir=str(output_dir), use_cpu=True, max_steps=2, per_device_train_batch_size=4, report_to="none"
+    )
+    trainer = CardTrainer(
+        model=model,
+        args=args,
+        train_dataset=examples[0],
+        eval_dataset=examples[1],
+        processing_class=tokenizer,
+        compute_metrics=lambda p: {"accuracy": float(np.mean(p.predictions.argmax(-1) == p.label_ids))},
+    )
+    trainer.train()
+    metrics = trainer.evaluate()
+    trainer.save_model()
+    trainer.create_model_card(
+        model_name="org/minilm-sepnorm-bbc",
+        finetuned_from=MINILM_ID,
+        dataset="bbc_news",
+        dataset_tags="SetFit/bbc-news",
+    )
+
+    assert (output_dir / REPORT_NAME).is_file()  # copied from the checkpoint the model was loaded from
+    written = ModelCard.load(output_dir / "README.md")
+    again = model_card_for_folder(
+        output_dir,
+        "org/minilm-sepnorm-bbc",
+        base_model=MINILM_ID,
+        training_dataset="bbc_news",
+        datasets=["SetFit/bbc-news"],
+    )
+    assert written.data.to_dict() == again.data.to_dict()
+    data = written.data.to_dict()
+    assert data["pipeline_tag"] == "text-classification" and data["base_model_relation"] == "finetune"
+    assert data["base_model"] == MINILM_ID
+    assert eval_values(written) == {"accuracy": metrics["eval_accuracy"], "loss": metrics["eval_loss"]}
+    assert "before the fine-tuning" in str(written) and "Fine-tuned with the transformers Trainer on bbc_news" in str(
+        written
+    )
+
+    trainer.args.hub_token = "hf_trainer-secret-0815"  # pickled into training_args.bin by the next save
+    trainer.save_model()
+    with pytest.raises(CheckpointRefused, match=r"training_args\.bin") as excinfo:
+        trainer.create_model_card(model_name="org/minilm-sepnorm-bbc")
+    assert "hf_trainer-secret-0815" not in str(excinfo.value)
+
+
+def test_card_without_report_claims_nothing(tmp_path):
+    model = hf_norms.ViTNormForImageClassification(tiny_config("vit", "dtn"))
+    model.save_pretrained(tmp_path)
+    card = model_card_for_folder(tmp_path, "org/vit-dtn")
+    data = card.data.to_dict()
+    assert data["pipeline_tag"] == "image-classification" and "vit" in data["tags"]
+    assert "model-index" not in data and "base_model" not in data and "base_model_relation" not in data
+    assert "not recorded here" in str(card) and "Fidelity" not in str(card)
+
+
+def test_refuses_a_stock_checkpoint(minilm_dir):
+    with pytest.raises(ValueError, match="model_type 'bert'"):
+        model_card_for_folder(minilm_dir, "org/stock")
+
+
+def test_every_head_has_its_auto_class():
+    for case in HEAD_CASES:
+        assert head_of(case.class_name)[0] == case.model_class._auto_class, case.class_name
+
+
+def test_papers_match_the_norm_registry():
+    with_papers = {name for name, spec in hf_norms.NORM_TYPES.items() if spec.arxiv_id}
+    assert set(PAPERS) == with_papers
+    for name, paper in PAPERS.items():
+        assert paper.arxiv_id == hf_norms.NORM_TYPES[name].arxiv_id
+        entry = paper.bibtex()
+        assert entry.startswith(f"@inproceedings{{{paper.key},") and entry.count("{") == entry.count("}")
+    assert "Zhu, Jiachen and Chen, Xinlei and He, Kaiming and LeCun, Yann and Liu, Zhuang" in PAPERS["dyt"].bibtex()
+    assert PAPERS["lape"].venue == "ICCV 2023" and "pages = {5886--5896}" in PAPERS["lape"].bibtex()
+
+
+def test_version_guard(monkeypatch):
+    check_transformers_version()  # the installed release is supported
+    check_transformers_version("5.23.0")
+    check_transformers_version("5.23.2.dev0")
+    for installed in ("5.22.9", "5.24.0", "6.0.0"):
+        with pytest.raises(ImportError) as excinfo:
+            check_transformers_version(installed)
+        assert installed in str(excinfo.value) and SUPPORTED_TRANSFORMERS in str(excinfo.value)
+    monkeypatch.setenv(OVERRIDE_VARIABLE, "1")
+    check_transformers_version("5.24.0")

@@ -1,0 +1,150 @@
+"""The package layout: the remote-code set stands alone, no module imports in a cycle, checkpoints saved before the move
+load and compute what they computed, and the old module paths still import.
+
+`fixtures/checkpoints_before_the_package_layout.json` was recorded with the flat layout (hf-norms before the
+`models/`, `conversion/`, `training/`, `hub/` folders): for each case, the `config.json` that `save_pretrained` wrote,
+the names, shapes and dtypes of the saved tensors, and the model's output on fixed inputs with the weights that
+`fill_weight` gives. The test writes such a checkpoint itself and compares.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModel, AutoModelForImageClassification
+
+import hf_norms
+
+PACKAGE = Path(hf_norms.__file__).parent
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "checkpoints_before_the_package_layout.json"
+CASES = json.loads(FIXTURE.read_text())
+
+
+def fill_weight(name: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Deterministic weights in each parameter's valid range (DTN gates in (0, 1), DyT alpha > 0, variances > 0)."""
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    if name.endswith(("mean_gate", "var_gate")):
+        return torch.sigmoid(x)
+    if name.endswith("alpha"):
+        return 0.4 + 0.2 * torch.sigmoid(x)
+    if name.endswith("running_var"):
+        return 1 + 0.1 * x.abs()
+    if name.endswith("num_batches_tracked"):
+        return torch.zeros(shape)
+    if "norm" in name.lower() and name.endswith("weight") and len(shape) == 1:
+        return 1 + 0.1 * x
+    return 0.2 * x
+
+
+def fixed_inputs(family: str) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    if family == "bert":
+        input_ids = torch.randint(3, 50, (2, 9), generator=generator)
+        attention_mask = torch.ones(2, 9, dtype=torch.long)
+        attention_mask[1, -3:] = 0
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+    return {"pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case['architecture']}-{case['norm_type']}")
+def test_a_checkpoint_saved_before_the_move_loads_and_computes_the_same(case, tmp_path):
+    generator = torch.Generator().manual_seed(1234)
+    weights = {
+        name: fill_weight(name, tuple(shape), generator).to(getattr(torch, dtype))
+        for name, (shape, dtype) in sorted(case["weights"].items())
+    }
+    (tmp_path / "config.json").write_text(json.dumps(case["config"]))
+    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    auto_class = AutoModel if case["architecture"].endswith("Model") else AutoModelForImageClassification
+    model, info = auto_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(model).__name__ == case["architecture"] and model.config.norm_type == case["norm_type"]
+    assert not any(info.values()), info  # every saved tensor is a parameter now, and the reverse
+    with torch.no_grad():
+        outputs = model.eval()(**fixed_inputs(case["family"]))
+    output = outputs.logits if getattr(outputs, "logits", None) is not None else outputs.last_hidden_state
+    expected = torch.tensor(case["output"]).reshape(case["output_shape"])
+    assert (output - expected).abs().max().item() <= 1e-5  # recorded to 7 decimals
+
+
+def test_the_model_set_imports_nothing_outside_it():
+    code = (
+        "import sys, hf_norms.models.norms, hf_norms.models.modeling_bert_norm, hf_norms.models.modeling_deit_norm\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hf_norms')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(result.stdout.strip().replace("'", '"'))
+    assert not [m for m in loaded if m.startswith(("hf_norms.conversion", "hf_norms.training", "hf_norms.hub"))]
+    for path in (PACKAGE / "models").glob("*.py"):
+        if path.name in ("__init__.py", "auto_registration.py"):  # neither is copied next to checkpoints
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and node.module, f"{path.name}: only `from .sibling import x` is copied"
+            if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and not node.level):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+                assert not any(name.split(".")[0] == "hf_norms" for name in names), path.name
+
+
+def module_imports(path: Path) -> set[str]:
+    """The hf_norms modules a module imports at its top level (not inside functions)."""
+    module = "hf_norms." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            target = f"{base}.{node.module}" if node.module else base
+            found.add(target)
+            if not node.module:  # `from . import x`: the modules x
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+
+    def is_module(name: str) -> bool:
+        path = PACKAGE.parent / name.replace(".", "/")
+        return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+    return {name for name in found if is_module(name)}
+
+
+def test_no_module_imports_in_a_cycle():
+    graph = {
+        "hf_norms." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__"): module_imports(
+            p
+        )
+        for p in PACKAGE.rglob("*.py")
+        if "metric_modules" not in p.parts
+    }
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in graph.get(node, ()):
+            assert state.get(target) != "open", " -> ".join([*path, node, target])
+            if target not in state:
+                visit(target, [*path, node])
+        state[node] = "done"
+
+    for node in graph:
+        if node not in state:
+            visit(node, [])
+
+
+def test_old_module_paths_are_the_new_modules():
+    from hf_norms.models import norms
+    from hf_norms.training import finetune
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from hf_norms.finetune import finetune as old_finetune
+        from hf_norms.norms import DynamicTanh
+    assert DynamicTanh is norms.DynamicTanh and old_finetune is finetune.finetune
+    assert norms.__spec__.name == "hf_norms.models.norms"
+    assert any("moved to hf_norms.models.norms" in str(w.message) for w in caught)
+    assert callable(hf_norms.convert) and hf_norms.NORM_TYPES is norms.NORM_TYPES
