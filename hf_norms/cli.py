@@ -8,14 +8,57 @@ purpose (a bad input, a refused folder, an unreachable Hub) are printed as one l
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 # Keep in step with `hf_norms.models.norms.NORM_TYPES` (a test checks it): importing the registry here would import torch.
 NORM_TYPE_CHOICES = ("layernorm", "dyt", "dtn", "sepnorm", "lape")
 HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checked by a test)
 HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, naming the fix, with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return value
+
+
+def port_number(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 65536:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive integer"  # argparse names the type in its message: "invalid positive integer value"
+positive_float.__name__ = "positive number"
+non_negative_float.__name__ = "number >= 0"
+port_number.__name__ = "port (0-65535)"
 
 
 def add_convert(subparsers: argparse._SubParsersAction) -> None:
@@ -34,11 +77,11 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="norm option, e.g. dyt_per_channel_alpha=false or dtn_gate_init=0.5 (repeatable)")  # fmt: skip
     parser.add_argument("--calibration-data", help="DyT calibration data: .txt file, image folder or saved dataset")
-    parser.add_argument("--calibration-samples", type=int, default=64)
+    parser.add_argument("--calibration-samples", type=positive_int, default=64)
     parser.add_argument("--eval-data", help="evaluation data (default: calibration examples held out, or probes)")
-    parser.add_argument("--eval-samples", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=128, help="text: tokens per example")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--eval-samples", type=positive_int, default=64)
+    parser.add_argument("--max-length", type=positive_int, default=128, help="text: tokens per example")
+    parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--fold", action="store_true", help="fold gamma/beta into the next Linear layers (ViT/DeiT)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--allow-pickle", action="store_true", help="allow loading pytorch_model.bin (pickle) weights")
@@ -87,16 +130,18 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, help="unlabeled data: .txt file, image folder or saved dataset")
     parser.add_argument("--teacher", help="the original checkpoint (default: the report's source)")
     parser.add_argument("--output", help="write the healed checkpoint here instead of replacing FOLDER")
-    parser.add_argument("--samples", type=int, help="use at most this many examples of --data")
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--max-minutes", type=float, help="stop (with a checkpoint to resume from) after this long")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=128, help="text: tokens per training window")
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--save-steps", type=int, default=50)
-    parser.add_argument("--cosine-weight", type=float, default=HEAL_COSINE_WEIGHT,
+    parser.add_argument("--samples", type=positive_int, help="use at most this many examples of --data")
+    parser.add_argument("--max-steps", type=positive_int, default=300)
+    parser.add_argument(
+        "--max-minutes", type=non_negative_float, help="stop (with a checkpoint to resume from) after this long"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--max-length", type=positive_int, default=128, help="text: tokens per training window")
+    parser.add_argument("--learning-rate", type=positive_float, default=2e-4)
+    parser.add_argument("--save-steps", type=positive_int, default=50)
+    parser.add_argument("--cosine-weight", type=non_negative_float, default=HEAL_COSINE_WEIGHT,
                         help="weight of the pooled final-state cosine term")  # fmt: skip
-    parser.add_argument("--hidden-state-weight", type=float, default=HEAL_HIDDEN_STATE_WEIGHT,
+    parser.add_argument("--hidden-state-weight", type=non_negative_float, default=HEAL_HIDDEN_STATE_WEIGHT,
                         help="weight of the per-layer hidden-state terms (0: match the final states and logits only)")  # fmt: skip
     parser.add_argument("--bf16", action="store_true",
                         help="bfloat16 autocast for both models' forward and the backward (float32 weights and optimizer)")  # fmt: skip
@@ -223,7 +268,9 @@ def add_hub(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument(
+        "--port", type=int, choices=range(65536), metavar="PORT", default=0, help="port on 127.0.0.1 (0: any free port)"
+    )
     parser.add_argument("--token", action="append", help="accepted bearer token (repeatable; default: any token)")
     parser.add_argument("--user", default=None, help="user name the tokens authenticate as")
     parser.set_defaults(run=run_hub)
@@ -271,7 +318,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hf-norms",
         description="DyT, DTN, SepNorm and LaPE for Hugging Face ViT, DeiT and BERT: convert, heal, fine-tune, publish.",
     )

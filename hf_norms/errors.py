@@ -27,6 +27,13 @@ class InputError(HfNormsError, ValueError):
     exit_code = 2
 
 
+def one_line(error: BaseException) -> str:
+    """The last line of an error's message: where a validation error wraps the reason (as transformers' strict
+    configs do: "Class validation error for validator ...:\n    ValueError: <reason>"), the reason."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 @dataclass
 class Outcome:
     status: int = 0
@@ -34,13 +41,21 @@ class Outcome:
 
 @contextlib.contextmanager
 def handled_errors(program: str) -> Iterator[Outcome]:
-    """Run a command; an `HfNormsError` becomes one line on stderr and its exit status (the traceback too with
-    `HF_NORMS_DEBUG=1`)."""
+    """Run a command so that every error is one line on stderr: an `HfNormsError` with its own exit status (2 for
+    input errors), anything unexpected with status 1, an interrupt with 130. `HF_NORMS_DEBUG=1` re-raises instead,
+    for the traceback."""
     outcome = Outcome()
     try:
         yield outcome
-    except HfNormsError as error:
+    except KeyboardInterrupt:
+        print(f"{program}: interrupted", file=sys.stderr)
+        outcome.status = 130
+    except Exception as error:
         if os.environ.get(DEBUG_VARIABLE) == "1":
             raise
-        print(f"{program}: error: {error}", file=sys.stderr)
-        outcome.status = error.exit_code
+        if isinstance(error, HfNormsError):
+            message, outcome.status = " ".join(str(error).split()), error.exit_code
+        else:
+            message = f"{type(error).__name__}: {one_line(error)} ({DEBUG_VARIABLE}=1 shows the traceback)"
+            outcome.status = 1
+        print(f"{program}: error: {message}", file=sys.stderr)

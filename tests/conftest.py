@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -15,6 +16,14 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest
 import torch
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTImageProcessor,
+)
 
 import hf_norms
 from hf_norms import BertNormConfig, DeiTNormConfig, ViTNormConfig
@@ -258,3 +267,46 @@ def in_fresh_memory(model):
     for tensor in [*model.parameters(), *model.buffers()]:
         tensor.data = tensor.data.clone()
     return model
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tiny stock checkpoints for conversion tests, built once per session.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_vit_dir(tmp_path_factory) -> Path:
+    """A stock transformers ViT classifier (32 px, 2 layers) with its image processor."""
+    torch.manual_seed(0)
+    config = ViTConfig(
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        image_size=32,
+        patch_size=8,
+        num_labels=3,
+    )
+    folder = tmp_path_factory.mktemp("tiny-vit")
+    ViTForImageClassification(config).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory, minilm_dir) -> Path:
+    """A stock transformers BERT masked LM (2 layers, 32 wide) with MiniLM's tokenizer."""
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

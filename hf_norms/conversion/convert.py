@@ -18,24 +18,26 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
+from ..errors import one_line
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES
 from ..version import VERSION
 from .calibration import calibrate_dyt, norms_in_forward_order
-from .checkpoint_io import ConversionError, SourceCheckpoint, resolve_source, staged_output
+from .checkpoint_io import ConversionError, SourceCheckpoint, read_json_object, resolve_source
 from .data import Examples, encode_batches, load_examples, probe_examples, run_model
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
+from .output_folders import check_output_location, check_replaceable, staged_output
 from .report import write_report
 
 # source config model_type -> (family, class-name prefix of the stock classes)
@@ -83,7 +85,7 @@ class SourceModel:
 
 def inspect_source(checkpoint: SourceCheckpoint) -> SourceModel:
     """Family and classes of a source checkpoint; refuses architectures and norm types it cannot convert."""
-    config = json.loads((checkpoint.path / "config.json").read_text())
+    config = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
     model_type = config.get("model_type")
     if model_type not in SOURCE_TYPES:
         raise ConversionError(
@@ -150,13 +152,16 @@ def parse_norm_options(items: list[str]) -> dict[str, Any]:
 
 @contextmanager
 def quiet_transformers():
-    """Silence transformers' load reports while converting (the conversion checks loading itself)."""
-    previous = transformers.logging.get_verbosity()
+    """Silence transformers' load reports and progress bars while converting (the conversion checks loading itself)."""
+    previous, bars = transformers.logging.get_verbosity(), transformers.logging.is_progress_bar_enabled()
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     try:
         yield
     finally:
         transformers.logging.set_verbosity(previous)
+        if bars:
+            transformers.logging.enable_progress_bar()
 
 
 def load_teacher(checkpoint: SourceCheckpoint, source: SourceModel) -> nn.Module:
@@ -189,10 +194,10 @@ def load_student(
                 **options,
                 **kwargs,
             )
-    except ValueError as error:  # config validation: an option or norm_type that does not fit this model
+    except (ValueError, StrictDataclassError) as error:  # config validation: an option that does not fit this model
         raise ConversionError(
-            f"norm_type={norm_type!r} with options {options} does not fit {checkpoint.source}: {error}"
-        ) from error
+            f"norm_type={norm_type!r} with options {options} does not fit {checkpoint.source}: {one_line(error)}"
+        ) from None
     unexpected_missing = [key for key in info["missing_keys"] if not key.endswith(NEW_PARAMETER_SUFFIXES)]
     if unexpected_missing or info["mismatched_keys"]:
         raise ConversionError(
@@ -239,6 +244,25 @@ def evaluation_examples(
     return probe_examples(modality), 0
 
 
+def check_counts(**counts: int) -> None:
+    """Refuse a count that is not a positive integer (`calibration_samples=0`, `batch_size=-1`, ...)."""
+    for name, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConversionError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def data_places(**sources: Any) -> dict[str, Path | None]:
+    """The local paths among data sources (files or folders), which no output may touch."""
+    return {name: Path(value) for name, value in sources.items() if isinstance(value, (str, Path))}
+
+
+def check_finite_weights(model: nn.Module, source: str) -> None:
+    """Refuse a source whose weights hold NaN or infinity, naming the first such tensor."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ConversionError(f"{source}: tensor {name!r} holds NaN or infinite values; the checkpoint is broken.")
+
+
 def convert(
     source: str | Path,
     norm_type: str,
@@ -255,74 +279,47 @@ def convert(
     overwrite: bool = False,
     allow_pickle: bool = False,
     revision: str | None = None,
+    token: str | bool | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
 
     `options` are norm option fields (`NormOptions`) over the exact defaults; `calibration_data` (required for DyT)
-    and `evaluation_data` are anything `calibration.load_examples` takes (a `.txt` file, a folder of images, a saved
-    or in-memory `datasets.Dataset`, a list). Without evaluation data, the calibration examples after the first
+    and `evaluation_data` are anything `data.load_examples` takes (a `.txt` file, a folder of images, a saved or
+    in-memory `datasets.Dataset`, a list). Without evaluation data, the calibration examples after the first
     `calibration_samples` are held out for evaluation, or, with no data at all, built-in probe inputs are used.
-    Returns the report that is also written beside the checkpoint.
+    `output` is checked before any work (`output_folders`); the source, the data and the working directory are never
+    written. Returns the report that is also written beside the checkpoint.
     """
+    check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
+                 max_length=max_length, batch_size=batch_size)  # fmt: skip
     merged, exact = norm_options(norm_type, options)
     if norm_type == "dyt" and calibration_data is None:
         raise ConversionError(
             "DyT cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: a .txt "
             "file, a folder of images, or a saved datasets folder)."
         )
-    checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle)
+    checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
     source_model = inspect_source(checkpoint)
     if fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
-    target = Path(output)
-    if target.exists() and not overwrite:  # fail before the slow part; staged_output checks again
-        raise ConversionError(f"Output {target} already exists; pass --overwrite (overwrite=True) to replace it.")
+    protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
+                                                              evaluation_data=evaluation_data)}  # fmt: skip
+    target = check_output_location(Path(output), protected)
+    check_replaceable(target, overwrite)  # before the slow part; `staged_output` checks again
 
-    modality = source_model.modality
-    processor = load_processor(checkpoint.path, modality)
-    calibration = load_examples(calibration_data, modality) if calibration_data is not None else None
-    if (calibration is not None or evaluation_data is not None) and processor is None:
-        raise ConversionError(
-            f"{checkpoint.source} has no {'tokenizer' if modality == 'text' else 'image processor'} to encode the data with."
-        )
-    if processor is None:  # nothing to encode real data with: fixed random inputs still compare the two models
-        evaluation_batches = [_raw_probe_batch(checkpoint)]
-        evaluation = Examples([None] * len(next(iter(evaluation_batches[0].values()))), RAW_PROBES, modality)
-        evaluation_start = 0
-    else:
-        evaluation, evaluation_start = evaluation_examples(
-            modality, evaluation_data, evaluation_samples, calibration, calibration_samples
-        )
-        evaluation_batches = encode_batches(processor, evaluation, batch_size, max_length)
-
+    processor = load_processor(checkpoint.path, source_model.modality)
+    data = ConversionData.load(
+        checkpoint, source_model.modality, processor, calibration_data, calibration_samples,
+        evaluation_data, evaluation_samples, batch_size, max_length,
+    )  # fmt: skip
     teacher = load_teacher(checkpoint, source_model)
+    check_finite_weights(teacher, checkpoint.source)
     student = load_student(checkpoint, source_model, norm_type, merged)
-    norm_names = norms_in_forward_order(teacher, evaluation_batches[0])
-    stages, calibration_report = {}, None
-    if norm_type == "dyt":
-        stages["naive"] = measure_fidelity(student, teacher, evaluation_batches, norm_names)
-        examples = calibration.take(0, calibration_samples)
-        result = calibrate_dyt(
-            student, teacher, encode_batches(processor, examples, batch_size, max_length), norm_names, progress=progress
-        )
-        stages["calibrated"] = measure_fidelity(student, teacher, evaluation_batches, norm_names)
-        calibration_report = {
-            "data": examples.description,
-            "samples": len(examples),
-            "method": result.method,
-            "seconds": round(result.seconds, 3),
-        }
-    else:
-        stages["exact" if exact else "naive"] = measure_fidelity(student, teacher, evaluation_batches, norm_names)
-
-    folding = None
-    if fold:
-        folding = fold_and_check(student, evaluation_batches)
-
+    stages, calibration_report = measure_stages(student, teacher, data, norm_type, exact, progress)
     report = {
         "hf_norms_version": VERSION,
-        "source": str(source),
+        "source": str(checkpoint.path) if checkpoint.revision is None else checkpoint.source,
         "source_revision": checkpoint.revision,
         "family": source_model.family,
         "architecture": source_model.norm_architecture,
@@ -332,26 +329,85 @@ def convert(
         "folded": fold,
         "calibration": calibration_report,
         "healing": None,
-        "evaluation": {
-            "data": evaluation.description,
-            "samples": len(evaluation),
-            "start": evaluation_start,
-            "max_length": max_length,
-            "pooling": "mean" if modality == "text" else "cls",
-        },
+        "evaluation": data.evaluation_record(max_length),
         "stages": stages,
     }
-    if folding is not None:
-        report["folding"] = folding
-    with staged_output(target, overwrite=overwrite, protected=checkpoint.path) as staging:
+    if fold:
+        report["folding"] = fold_and_check(student, data.evaluation_batches)
+    with staged_output(target, overwrite=overwrite, protected=protected) as staging:
         save_checkpoint(student, processor, staging)
         write_report(staging, report)
     return report
 
 
+@dataclasses.dataclass
+class ConversionData:
+    """The examples a conversion evaluates on (and calibrates on), encoded as model inputs."""
+
+    modality: str
+    evaluation: Examples
+    evaluation_start: int
+    evaluation_batches: list[dict]
+    calibration: Examples | None
+    calibration_batches: list[dict] | None
+
+    @classmethod
+    def load(cls, checkpoint, modality, processor, calibration_data, calibration_samples, evaluation_data,
+             evaluation_samples, batch_size, max_length) -> ConversionData:  # fmt: skip
+        """Load and encode the data; without a tokenizer or image processor, fixed random inputs still compare the
+        two models."""
+        calibration = load_examples(calibration_data, modality) if calibration_data is not None else None
+        if (calibration is not None or evaluation_data is not None) and processor is None:
+            needed = "tokenizer" if modality == "text" else "image processor"
+            raise ConversionError(f"{checkpoint.source} has no {needed} to encode the data with.")
+        if processor is None:
+            batches = [_raw_probe_batch(checkpoint)]
+            examples = Examples([None] * len(next(iter(batches[0].values()))), RAW_PROBES, modality)
+            return cls(modality, examples, 0, batches, None, None)
+        evaluation, start = evaluation_examples(
+            modality, evaluation_data, evaluation_samples, calibration, calibration_samples
+        )
+        calibration_batches = None
+        if calibration is not None:
+            calibration = calibration.take(0, calibration_samples)
+            calibration_batches = encode_batches(processor, calibration, batch_size, max_length)
+        return cls(modality, evaluation, start, encode_batches(processor, evaluation, batch_size, max_length),
+                   calibration, calibration_batches)  # fmt: skip
+
+    def evaluation_record(self, max_length: int) -> dict[str, Any]:
+        return {
+            "data": self.evaluation.description,
+            "samples": len(self.evaluation),
+            "start": self.evaluation_start,
+            "max_length": max_length,
+            "pooling": "mean" if self.modality == "text" else "cls",
+        }
+
+
+def measure_stages(
+    student: nn.Module, teacher: nn.Module, data: ConversionData, norm_type: str, exact: bool, progress: bool
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT, calibrating on the way), and the
+    calibration's record."""
+    norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
+    measure = lambda: measure_fidelity(student, teacher, data.evaluation_batches, norm_names)  # noqa: E731
+    if norm_type != "dyt":
+        return {"exact" if exact else "naive": measure()}, None
+    stages = {"naive": measure()}
+    result = calibrate_dyt(student, teacher, data.calibration_batches, norm_names, progress=progress)
+    stages["calibrated"] = measure()
+    record = {
+        "data": data.calibration.description,
+        "samples": len(data.calibration),
+        "method": result.method,
+        "seconds": round(result.seconds, 3),
+    }
+    return stages, record
+
+
 def _raw_probe_batch(checkpoint: SourceCheckpoint) -> dict:
     """Model inputs for a checkpoint without tokenizer or image processor: fixed random token ids or pixels."""
-    config = json.loads((checkpoint.path / "config.json").read_text())
+    config = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
     generator = torch.Generator().manual_seed(0)
     if "vocab_size" in config:
         input_ids = torch.randint(5, config["vocab_size"], (4, 32), generator=generator)

@@ -60,7 +60,7 @@ def load_examples(data: Any, modality: str) -> Examples:
     column of the right kind.
     """
     if isinstance(data, (str, os.PathLike)):
-        return _load_path(Path(data).expanduser(), modality)
+        return _load_path(Path(data).expanduser().resolve(), modality)  # reports name absolute paths
     if _is_dataset(data):
         return Examples(
             _dataset_column(data, modality, repr_name="datasets.Dataset"), _describe_dataset(data), modality

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checkpoint_io import ConversionError
 from .data import real_token_mask, run_model
 
 # Examples per forward pass while comparing: the teacher's norm outputs are held until the student's are computed, and
@@ -76,6 +77,15 @@ def _logit_rows(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     return logits.reshape(-1, logits.shape[-1])
 
 
+def require_finite(tensor: torch.Tensor, what: str) -> None:
+    """Stop a measurement whose figures would be meaningless: a NaN or infinite output is named as an error."""
+    if not torch.isfinite(tensor).all():
+        raise ConversionError(
+            f"{what} is NaN or infinite on the evaluation data, so no fidelity can be measured; check the weights "
+            "and the config (layer_norm_eps, sizes) for broken values."
+        )
+
+
 def split_batch(batch: dict, size: int) -> list[dict]:
     """`batch` as consecutive parts of at most `size` examples (every value's first dimension is the example)."""
     count = len(next(iter(batch.values())))
@@ -103,10 +113,16 @@ def measure_fidelity(
                 """Each student norm output is compared as it is computed (and the teacher's then dropped), so the
                 two models' norm outputs are never all held at once."""
                 reference = select(theirs["norms"].pop(name)).double()
+                require_finite(reference, f"the source model's {name}")
+                require_finite(output, f"the converted model's {name}")
                 squared_error[name] += (select(output).double() - reference).pow(2).sum().item()
                 squared_norm[name] += reference.pow(2).sum().item()
 
             ours = forward_with_norms(student, batch, norm_names, on_norm=compare)
+            for model_name, outputs in (("source", theirs), ("converted", ours)):
+                for key in ("final", "logits"):
+                    if outputs[key] is not None:
+                        require_finite(outputs[key], f"the {model_name} model's {key} output")
             max_abs = max(max_abs, (select(ours["final"]) - select(theirs["final"])).abs().max().item())
             cosines.append(F.cosine_similarity(pooled(ours["final"], mask), pooled(theirs["final"], mask), dim=-1))
             if ours["logits"] is None or theirs["logits"] is None:

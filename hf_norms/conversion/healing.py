@@ -16,6 +16,8 @@ weights replace `DIR`'s (or go to `--output`), and the report gains the `healed`
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import shutil
 import time
 from pathlib import Path
@@ -28,10 +30,19 @@ from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..models.auto_registration import MODEL_CLASSES
-from .checkpoint_io import ConversionError, SourceCheckpoint, replace_folder, resolve_source, staged_output
-from .convert import inspect_source, load_processor, load_teacher, quiet_transformers, save_checkpoint
+from .checkpoint_io import ConversionError, resolve_source
+from .convert import (
+    check_counts,
+    data_places,
+    inspect_source,
+    load_processor,
+    load_teacher,
+    quiet_transformers,
+    save_checkpoint,
+)
 from .data import Examples, encode_batches, load_examples, probe_examples, real_token_mask
 from .fidelity import measure_fidelity, pooled
+from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
 from .report import REPORT_JSON, read_report, write_report
 
 COSINE_WEIGHT = 10.0
@@ -202,6 +213,7 @@ def heal(
     resume: bool = False,
     overwrite: bool = False,
     allow_pickle: bool = False,
+    token: str | bool | None = None,
     progress: bool = True,
     seed: int = 0,
 ) -> dict[str, Any]:
@@ -211,28 +223,113 @@ def heal(
     Training runs `max_steps` AdamW steps, or stops after `max_minutes`, whichever comes first; the learning rate warms
     up over `warmup_steps` (at most a third of the steps) and decays linearly to zero at whichever end comes first.
     With `resume`, it continues from the last checkpoint in `work_dir` (default: `.<folder name>.healing` beside the
-    folder), which is removed after success. Evaluation uses the report's evaluation examples when their source is a
-    path, else `evaluation_data`; examples of the evaluation range are left out of training when both come from the
-    same source.
+    folder), which is removed after success. `work_dir` is created by heal (a folder heal did not make is refused);
+    the output, the work folder, the teacher and the data may not overlap, which is checked before training. Evaluation
+    uses the report's evaluation examples when their source is a path, else `evaluation_data`; examples of the
+    evaluation range are left out of training when both come from the same source.
     """
-    folder = Path(folder).resolve()
+    check_counts(max_steps=max_steps, batch_size=batch_size, max_length=max_length, save_steps=save_steps,
+                 **({"samples": samples} if samples is not None else {}))  # fmt: skip
+    check_numbers(learning_rate=learning_rate, cosine_weight=cosine_weight, hidden_state_weight=hidden_state_weight,
+                  warmup_steps=warmup_steps, **({"max_minutes": max_minutes} if max_minutes is not None else {}))  # fmt: skip
+    folder = Path(folder).expanduser().resolve()
     if not (folder / REPORT_JSON).is_file():
         raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
     report = read_report(folder)
-    target = Path(output).resolve() if output is not None else folder
-    if target != folder and target.exists() and not overwrite:
-        raise ConversionError(f"Output {target} already exists; pass --overwrite (overwrite=True) to replace it.")
     source = resolve_source(
         teacher or report["source"],
         revision=None if teacher else report["source_revision"],
         allow_pickle=allow_pickle,
+        token=token,
     )
+    places = HealingPlaces.check(folder, output, work_dir, overwrite, resume, source, data, evaluation_data)
     source_model = inspect_source(source)
-    modality = source_model.modality
-    processor = load_processor(folder, modality)
+    processor = load_processor(folder, source_model.modality)
     if processor is None:
         raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
+    evaluation, examples = healing_examples(report, source_model.modality, data, evaluation_data, samples)
 
+    with quiet_transformers():
+        student = MODEL_CLASSES[report["architecture"]].from_pretrained(folder, dtype=torch.float32)
+    teacher_model = load_teacher(source, source_model)
+    train_examples = training_examples(processor, examples, max_length)
+    resumed_from = _last_checkpoint_step(places.work) if resume else None
+    if not places.work.exists():
+        make_marked_folder(places.work)
+    started = time.perf_counter()
+    steps = train(
+        student, teacher_model, processor, train_examples, places.work, modality=source_model.modality,
+        max_steps=max_steps, max_minutes=max_minutes, batch_size=batch_size, learning_rate=learning_rate,
+        warmup_steps=warmup_steps, save_steps=save_steps,
+        loss_weights={"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight},
+        bf16=bf16, resume=resume, progress=progress, seed=seed,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+
+    report["stages"]["healed"] = measure_fidelity(
+        student, teacher_model, encode_batches(processor, evaluation, batch_size, report["evaluation"]["max_length"]),
+        list(next(iter(report["stages"].values()))["per_norm"]),
+    )  # fmt: skip
+    report["healing"] = {
+        "data": examples.description, "samples": len(examples), "steps": steps, "seconds": round(seconds, 1),
+        "loss": loss_description(cosine_weight, hidden_state_weight), "learning_rate": learning_rate,
+        "batch_size": batch_size, "max_length": max_length, "bf16": bf16, "training_examples": len(train_examples),
+        "resumed_from_step": resumed_from,
+    }  # fmt: skip
+    _save_healed(student, processor, folder, places, report)
+    if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
+        shutil.rmtree(places.work)
+    return report
+
+
+def check_numbers(**values: float) -> None:
+    """Refuse a rate, weight or duration that is negative, NaN or infinite (a learning rate must also be > 0)."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ConversionError(f"{name} must be a finite number >= 0, got {value!r}.")
+    if values.get("learning_rate") == 0:
+        raise ConversionError("learning_rate must be > 0, got 0.")
+
+
+@dataclasses.dataclass(frozen=True)
+class HealingPlaces:
+    """Where a healing run reads and writes: the converted folder, the output and the Trainer's work folder."""
+
+    folder: Path
+    target: Path
+    work: Path
+    protected: dict[str, Path]
+
+    @classmethod
+    def check(cls, folder, output, work_dir, overwrite, resume, source, data, evaluation_data) -> HealingPlaces:
+        """Refuse, before anything is trained, an output or work folder that overlaps the folder, each other, the
+        teacher, the data, the working directory or the home folder; an existing output hf-norms did not write; and a
+        work folder heal did not make (or, with `resume`, none at all)."""
+        protected = {"the teacher": source.path, **data_places(data=data, evaluation_data=evaluation_data)}
+        target = folder
+        if output is not None and Path(output).expanduser().resolve() != folder:
+            target = check_output_location(Path(output), {**protected, "the converted folder": folder})
+            check_replaceable(target, overwrite)
+        work = folder.parent / f".{folder.name}.healing" if work_dir is None else Path(work_dir)
+        work = check_output_location(
+            work, {**protected, "the converted folder": folder, "the output": target}, what="Work folder"
+        )
+        if work.exists() and marker_pid(work) is None:
+            raise ConversionError(
+                f"Work folder {work} exists and was not made by hf-norms heal; give a new folder (heal creates it)."
+            )
+        if resume and not work.exists():
+            raise ConversionError(f"--resume: there is no work folder {work} to continue from.")
+        if work.exists() and not resume:
+            shutil.rmtree(work)  # heal made it (its marker says so) for a run that is being started over
+        return cls(folder, target, work, protected)
+
+
+def healing_examples(
+    report: dict, modality: str, data: Any, evaluation_data: Any, samples: int | None
+) -> tuple[Examples, Examples]:
+    """(evaluation examples, training examples): the training data without the report's evaluation range when both
+    come from the same source, at most `samples` of it."""
     evaluation, evaluation_source = _evaluation_examples(report, modality, evaluation_data)
     examples = load_examples(data, modality)
     if evaluation_source is not None and _same_path(data, evaluation_source):
@@ -243,57 +340,7 @@ def heal(
         raise ConversionError(
             f"No healing examples left in {examples.description} after holding out the evaluation set."
         )
-
-    with quiet_transformers():
-        student = MODEL_CLASSES[report["architecture"]].from_pretrained(folder, dtype=torch.float32)
-    teacher_model = load_teacher(source, source_model)
-    train_examples = training_examples(processor, examples, max_length)
-    work = Path(work_dir) if work_dir is not None else folder.parent / f".{folder.name}.healing"
-    if work.exists() and not resume:
-        shutil.rmtree(work)
-    resumed_from = _last_checkpoint_step(work) if resume else None
-    started = time.perf_counter()
-    steps = train(
-        student,
-        teacher_model,
-        processor,
-        train_examples,
-        work,
-        modality=modality,
-        max_steps=max_steps,
-        max_minutes=max_minutes,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        warmup_steps=warmup_steps,
-        save_steps=save_steps,
-        loss_weights={"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight},
-        bf16=bf16,
-        resume=resume,
-        progress=progress,
-        seed=seed,
-    )
-    seconds = time.perf_counter() - started
-
-    evaluation_batches = encode_batches(processor, evaluation, batch_size, report["evaluation"].get("max_length", 128))
-    norm_names = list(next(iter(report["stages"].values()))["per_norm"])
-    report["stages"]["healed"] = measure_fidelity(student, teacher_model, evaluation_batches, norm_names)
-    report["healing"] = {
-        "data": examples.description,
-        "samples": len(examples),
-        "steps": steps,
-        "seconds": round(seconds, 1),
-        "loss": loss_description(cosine_weight, hidden_state_weight),
-        "learning_rate": learning_rate,
-        "batch_size": batch_size,
-        "max_length": max_length,
-        "bf16": bf16,
-        "training_examples": len(train_examples),
-        "resumed_from_step": resumed_from,
-    }
-    _save_healed(student, processor, folder, target, report, source)
-    if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
-        shutil.rmtree(work, ignore_errors=True)
-    return report
+    return evaluation, examples
 
 
 def _same_path(data: Any, path: str) -> bool:
@@ -391,20 +438,10 @@ def _disable_dropout(model: nn.Module) -> None:
             module.p = 0.0
 
 
-def _save_healed(
-    student: nn.Module, processor, folder: Path, target: Path, report: dict, source: SourceCheckpoint
-) -> None:
-    """Write the healed checkpoint (the folder's other files kept) to `target`, replacing it only when complete."""
-    if target == folder:
-        staging = Path(shutil.copytree(folder, folder.parent / f".{folder.name}.healed-{time.time_ns()}"))
-        try:
-            save_checkpoint(student, processor, staging)
-            write_report(staging, report)
-            replace_folder(staging, folder)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return
-    with staged_output(target, overwrite=True, protected=source.path) as staging:
+def _save_healed(student: nn.Module, processor, folder: Path, places: HealingPlaces, report: dict) -> None:
+    """Write the healed checkpoint (the folder's other files kept) to the output, replacing it only when complete;
+    the converted folder itself is an hf-norms output, so healing in place may replace it."""
+    with staged_output(places.target, overwrite=True, protected=places.protected) as staging:
         shutil.copytree(folder, staging, dirs_exist_ok=True)
         save_checkpoint(student, processor, staging)
         write_report(staging, report)

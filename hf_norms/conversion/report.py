@@ -35,7 +35,7 @@ def write_report(folder: str | Path, report: dict[str, Any]) -> None:
     """Write the JSON, Markdown and PNG forms of `report` into `folder`."""
     folder = Path(folder)
     report = {**report, "stages": {s: report["stages"][s] for s in STAGE_ORDER if s in report["stages"]}}
-    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n")
+    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")  # strict JSON
     (folder / REPORT_MD).write_text(report_markdown(report))
     plot_per_norm_error(report, folder / REPORT_PNG)
 

@@ -10,6 +10,7 @@ from those files is absent from the card.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -52,6 +53,7 @@ HUB_DATASETS = {
     "fashion_mnist": "zalando-datasets/fashion_mnist",
 }
 STAGES = ("naive", "calibrated", "healed", "exact")
+EXACT_TOLERANCE = 1e-4  # max abs output difference a conversion called exact may show (float32 rounding)
 # report metric -> (model-index metric type, what it measures)
 FIDELITY_METRICS = {
     "mean_cosine": ("cosine_similarity", "mean cosine similarity to the source model's outputs"),
@@ -111,6 +113,17 @@ class CardFacts:
         if task is None and self.auto_class == "AutoModel":
             task = "feature-extraction" if self.family == "bert" else "image-feature-extraction"
         return task
+
+    @property
+    def measured_exact(self) -> bool:
+        """The conversion was meant to be exact and measured so: every figure of its `exact` stage is finite and the
+        outputs differ by at most `EXACT_TOLERANCE`. Only then does a card say the model computes the source's
+        function."""
+        stage = ((self.report or {}).get("stages") or {}).get("exact")
+        if not (self.report or {}).get("exact") or not stage:
+            return False
+        figures = [value for value in stage["end_to_end"].values() if value is not None]
+        return all(math.isfinite(value) for value in figures) and stage["end_to_end"]["max_abs_diff"] <= EXACT_TOLERANCE
 
     @property
     def published_stage(self) -> str | None:

@@ -105,7 +105,7 @@ def provenance(facts: CardFacts) -> list[str]:
             source += f" at revision `{report['source_revision']}`"
         exact = (
             "exactly: the converted model computes the same function as the source"
-            if report.get("exact")
+            if facts.measured_exact
             else "approximately: this norm cannot reproduce the source's LayerNorms exactly (see the fidelity table)"
         )
         steps.append(f"Source: {source}.")
@@ -159,12 +159,12 @@ def limitations(facts: CardFacts) -> list[str]:
         items.append(
             f"The fidelity figures hold for {data_name(report['evaluation']['data'])}; inputs far from it may differ more."
         )
-    if report and not report.get("exact") and not facts.trained_after_conversion:
+    if report and not facts.measured_exact and not facts.trained_after_conversion:
         items.append(
             "The weights were converted without any training, so the model does not compute what the source "
             "computed; check the fidelity table before using it as a drop-in replacement."
         )
-    if report.get("exact") and facts.training is None:
+    if facts.measured_exact and facts.training is None:
         items.append(
             "The conversion is exact, so the model computes what the source computes: the new norm makes a "
             "difference only once the model is trained further."

@@ -43,6 +43,12 @@ class NormPreTrainedMixin:
 
     family_auto_map: ClassVar[dict[str, str]] = {}
 
+    def post_init(self) -> None:
+        """Validate the config before anything else: options given to `from_pretrained(path, option=value)` are set
+        on a config that was already validated, so a value out of range would otherwise go unnoticed."""
+        self.config.validate()
+        super().post_init()
+
     def _init_weights(self, module) -> None:
         super()._init_weights(module)
         init_norm_parameters(module)

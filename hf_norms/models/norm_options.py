@@ -60,6 +60,17 @@ class NormOptions:
         super().__post_init__(**kwargs)
 
     def validate_norm_options(self) -> None:
+        """Every size positive, the attention heads dividing the hidden size, eps positive and each norm option in
+        its range; runs before any tensor is allocated."""
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})."
+            )
+        if not 0 < self.layer_norm_eps < 1:
+            raise ValueError(f"layer_norm_eps must be a small positive number, got {self.layer_norm_eps}.")
         if self.norm_type not in NORM_TYPES:
             raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
         if not self.dyt_alpha_init > 0:

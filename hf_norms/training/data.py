@@ -101,6 +101,8 @@ def load_dataset_source(
             )
         options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
         return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
+    if path.suffix.lower() in FILE_BUILDERS or source.startswith((".", "/", "~")) or source.count("/") > 1:
+        raise FinetuneInputError(f"There is no file or folder {str(path.resolve())!r}; check the --dataset path.")
     return datasets.load_dataset(source, config_name)
 
 

@@ -41,7 +41,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import datasets
 import torch
@@ -62,6 +62,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.training_args import ParallelMode
 
+from ..conversion.checkpoint_io import ConversionError, check_source_config, check_weights, looks_like_a_path
 from ..errors import handled_errors
 from ..models.configuration_bert_norm import BertNormConfig
 from ..models.configuration_deit_norm import DeiTNormConfig
@@ -221,8 +222,31 @@ def build_tokenizer(model_args: ModelArguments) -> Any:
     return AutoTokenizer.from_pretrained(source)
 
 
+def checkpoint_model_type(name_or_path: str) -> str:
+    """The model type of a checkpoint folder or Hub id; a local folder's config is first checked against its weights'
+    headers (`check_source_config`), so a broken or oversized config is refused before anything is allocated."""
+    path = Path(name_or_path).expanduser()
+    try:
+        if path.is_dir():
+            return check_source_config(path, check_weights(path, allow_pickle=True)[1]).get("model_type", "")
+        if looks_like_a_path(name_or_path):
+            raise FinetuneInputError(
+                f"There is no checkpoint folder {str(path.resolve())!r}; check --model_name_or_path."
+            )
+    except ConversionError as error:
+        raise FinetuneInputError(str(error)) from None
+    return PreTrainedConfig.get_config_dict(name_or_path)[0].get("model_type", "")
+
+
 def prepare_training_arguments(training_args: TrainingArguments) -> None:
-    """hf-norms prepares each batch's model inputs from the raw columns, so the Trainer must keep those columns."""
+    """Refuse step counts that the Trainer would silently reinterpret (`max_steps=0` means "train the epochs"), and keep
+    the raw columns: hf-norms prepares each batch's model inputs from them."""
+    if training_args.max_steps == 0 or training_args.max_steps < -1:
+        raise FinetuneInputError(
+            f"max_steps must be >= 1, or -1 to train num_train_epochs epochs; got {training_args.max_steps}."
+        )
+    if not training_args.learning_rate > 0 or training_args.learning_rate == float("inf"):
+        raise FinetuneInputError(f"learning_rate must be a finite number > 0, got {training_args.learning_rate}.")
     if training_args.remove_unused_columns:
         logger.info("Setting remove_unused_columns=False: batches are built from the raw columns.")
         training_args.remove_unused_columns = False
@@ -329,10 +353,7 @@ def finetune(
     """
     prepare_training_arguments(training_args)
     resume = checkpoint_to_resume(training_args)
-    family = model_family(
-        model_args.model_type
-        or PreTrainedConfig.get_config_dict(model_args.model_name_or_path)[0].get("model_type", "")
-    )
+    family = model_family(model_args.model_type or checkpoint_model_type(model_args.model_name_or_path))
     task = data_args.task or DEFAULT_TASKS[family]
     if family not in TASK_MODELS[task]:
         raise FinetuneInputError(
@@ -404,9 +425,16 @@ def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> N
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, TrainingArguments)
 
 
+class FinetuneArgumentParser(HfArgumentParser):
+    """transformers' parser of the argument dataclasses, whose usage errors are one line with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
     """The transformers-style parser of `ModelArguments`, `DataArguments` and `TrainingArguments`."""
-    return HfArgumentParser(ARGUMENT_CLASSES, **parser_options)
+    return FinetuneArgumentParser(ARGUMENT_CLASSES, **parser_options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
             arguments = parser.parse_yaml_file(argv[0])
         else:
-            arguments = parser.parse_args_into_dataclasses(argv)
+            *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+            if unknown:
+                raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
         finetune(*arguments)
     return outcome.status
 

@@ -27,7 +27,6 @@ from transformers import (
     GPT2Model,
     ViTConfig,
     ViTForImageClassification,
-    ViTImageProcessor,
     ViTModel,
 )
 
@@ -65,44 +64,6 @@ def save_images(folder: Path, count: int, size: int = 32) -> Path:
         colours = generator.uniform(0, 255, size=3)
         pixels = colours * (0.5 + 0.5 * xs[..., None] * ys[..., None]) + generator.normal(0, 25, (size, size, 3))
         Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(folder / f"{index:03d}.png")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_vit_dir(tmp_path_factory) -> Path:
-    """A stock transformers ViT classifier (32 px, 2 layers) with its image processor."""
-    torch.manual_seed(0)
-    config = ViTConfig(
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        image_size=32,
-        patch_size=8,
-        num_labels=3,
-    )
-    folder = tmp_path_factory.mktemp("tiny-vit")
-    ViTForImageClassification(config).save_pretrained(folder)
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_bert_dir(tmp_path_factory, minilm_dir) -> Path:
-    """A stock transformers BERT masked LM (2 layers, 32 wide) with MiniLM's tokenizer."""
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
     return folder
 
 
@@ -414,20 +375,24 @@ def test_pickle_checkpoint_converts_with_allow_pickle(tiny_vit_dir, tmp_path):
     assert (tmp_path / "out" / "model.safetensors").is_file()  # the output is safetensors
 
 
-def test_existing_output_is_refused_without_overwrite(tiny_vit_dir, tmp_path):
+def test_existing_output_is_replaced_only_with_overwrite_and_only_when_hf_norms_wrote_it(tiny_vit_dir, tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    convert(tiny_vit_dir, "lape", out)
     with pytest.raises(ConversionError, match="--overwrite"):
-        convert(tiny_vit_dir, "lape", out)
-    assert os.listdir(out) == ["keep.txt"]
-    convert(tiny_vit_dir, "lape", out, overwrite=True)
-    assert "keep.txt" not in os.listdir(out) and (out / REPORT_JSON).is_file()
+        convert(tiny_vit_dir, "dtn", out)
+    convert(tiny_vit_dir, "dtn", out, overwrite=True)
+    assert json.loads((out / REPORT_JSON).read_text())["norm_type"] == "dtn"
     assert not leftovers(tmp_path, "out")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    with pytest.raises(ConversionError, match="hf-norms did not write it"):
+        convert(tiny_vit_dir, "lape", mine, overwrite=True)
+    assert os.listdir(mine) == ["keep.txt"]
 
 
 def test_output_inside_the_source_is_refused(tiny_vit_dir):
-    with pytest.raises(ConversionError, match="overlaps the source"):
+    with pytest.raises(ConversionError, match="inside the source"):
         convert(tiny_vit_dir, "lape", tiny_vit_dir / "converted")
     assert not (tiny_vit_dir / "converted").exists()
 
