@@ -18,7 +18,6 @@ Preupload always answers `uploadMode: "regular"`, so file bytes arrive base64-en
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -32,6 +31,7 @@ from .store import (
     HubError,
     RepoRef,
     check_name,
+    load_json_object,
     parse_commit_payload,
     path_entry,
     repo_not_found,
@@ -60,7 +60,8 @@ class Request:
         return self.query.get(name, ["false"])[0].lower() in ("1", "true")
 
     def json_body(self) -> dict[str, Any]:
-        return json.loads(self.body or b"{}")
+        """The body as a JSON object (`{}` when empty); 400 when it is not one."""
+        return load_json_object(self.body or b"{}", "The request body")
 
     def token(self) -> str | None:
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
@@ -112,7 +113,7 @@ class Response:
 
 def error_response(error: HubError, headers: dict[str, str] | None = None) -> Response:
     """The JSON error answer, with the `X-Error-Code` header `huggingface_hub` dispatches on."""
-    extra = {"X-Error-Message": error.message.encode("ascii", "backslashreplace").decode(), **(headers or {})}
+    extra = {"X-Error-Message": error.message, **(headers or {})}  # http.py escapes every header value
     if error.code:
         extra["X-Error-Code"] = error.code
     return Response(error.status, {"error": error.message}, headers=extra)
@@ -157,7 +158,7 @@ def create_repo(request: Request) -> Response:
     if repo_type not in REPO_TYPES:
         raise HubError(400, f"Unsupported repo type: {repo_type!r}", "BadRequest")
     namespace = check_name(payload.get("organization") or user, "namespace")
-    repo = RepoRef(repo_type, namespace, check_name(payload["name"], "repo name"))
+    repo = RepoRef(repo_type, namespace, check_name(payload.get("name"), "repo name"))
     private = bool(payload.get("private")) or payload.get("visibility") == "private"
     url = f"{request.hub.url}/{repo.web_path}"
     if not request.hub.store.create_repo(repo, private=private, author=user):
