@@ -14,12 +14,15 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi
+from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.server import http as hub_http
+from hf_norms.hub.server.http import token_user
 from hf_norms.hub.server.store import HubError
 
 TOKEN = "security-test-token"
@@ -35,6 +38,13 @@ def hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         api = HfApi(endpoint=server.url, token=TOKEN)
         api.create_repo("org/target")
         api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id="org/target")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def open_hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+    """A hub started without tokens: every distinct token is its own user."""
+    with HubServer(tmp_path_factory.mktemp("open-hub")) as server:
         yield server
 
 
@@ -308,3 +318,56 @@ def test_file_names_a_hub_client_would_refuse_are_refused_at_upload(hub: HubServ
     assert response.status == 400 and "Invalid path in repo" in json.loads(body)["error"]
     assert_no_injection(response)
     assert store_state(hub) == before
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Users, namespaces and private repos
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_without_tokens_each_token_is_its_own_user(open_hub: HubServer) -> None:
+    alice, bob = HfApi(endpoint=open_hub.url, token="alice-token-1"), HfApi(endpoint=open_hub.url, token="bob-token-2")
+    assert alice.whoami()["name"] == token_user("alice-token-1") != bob.whoami()["name"]
+    assert alice.create_repo("mine").repo_id == f"{token_user('alice-token-1')}/mine"
+    alice.create_repo("alice-org/secret", private=True)
+    alice.create_repo("alice-org/public")
+    alice.upload_file(path_or_fileobj=b"s", path_in_repo="s.txt", repo_id="alice-org/secret")
+    before = store_state(open_hub)
+
+    for reader in (bob, HfApi(endpoint=open_hub.url, token=False)):  # another user, and no token at all
+        with pytest.raises(RepositoryNotFoundError):
+            reader.model_info("alice-org/secret")
+        with pytest.raises(RepositoryNotFoundError):
+            reader.list_repo_files("alice-org/secret")
+    assert alice.list_repo_files("alice-org/secret") == [".gitattributes", "s.txt"]
+
+    writes = [
+        lambda: bob.create_repo("alice-org/another"),  # a namespace alice created first
+        lambda: bob.create_repo(f"{token_user('alice-token-1')}/x"),  # alice's own namespace
+        lambda: bob.create_repo(f"{token_user('carol-token-3')}/x"),  # carol's, though she has no repo yet
+        lambda: bob.upload_file(path_or_fileobj=b"b", path_in_repo="b.txt", repo_id="alice-org/public"),
+        lambda: bob.create_branch("alice-org/public", branch="bob"),
+        lambda: bob.create_tag("alice-org/public", tag="bob"),
+    ]
+    for write in writes:
+        with pytest.raises(HfHubHTTPError) as excinfo:
+            write()
+        assert excinfo.value.response.status_code == 403
+    with pytest.raises(RepositoryNotFoundError):  # a private repo is not even acknowledged to a writer
+        bob.upload_file(path_or_fileobj=b"b", path_in_repo="b.txt", repo_id="alice-org/secret")
+    assert store_state(open_hub) == before
+
+    assert bob.create_repo("bob-org/model").repo_id == "bob-org/model"  # a new namespace is bob's to claim
+    bob.upload_file(path_or_fileobj=b"b", path_in_repo="b.txt", repo_id="bob-org/model")
+
+
+def test_with_tokens_every_listed_token_is_the_configured_user(tmp_path: Path) -> None:
+    with HubServer(tmp_path, tokens=["first-token", "second-token"], user="carol") as hub:
+        first, second = (HfApi(endpoint=hub.url, token=t) for t in ("first-token", "second-token"))
+        assert first.whoami()["name"] == second.whoami()["name"] == "carol"
+        first.create_repo("org/shared", private=True)
+        second.upload_file(path_or_fileobj=b"2", path_in_repo="two.txt", repo_id="org/shared")
+        assert "two.txt" in first.list_repo_files("org/shared")
+        with pytest.raises(HfHubHTTPError) as excinfo:
+            HfApi(endpoint=hub.url, token="other-token").create_repo("org/other")
+        assert excinfo.value.response.status_code == 401

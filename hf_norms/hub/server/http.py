@@ -9,6 +9,11 @@
 
 or standalone: `hf-norms hub --root DIR --port 8000 --token test-token`.
 
+Users: with `tokens` given, each of them authenticates as `user` and every other token is refused (401). Without
+`tokens`, every distinct non-empty token is its own user, named `user-` and the first 16 hex digits of the token's
+sha256 (`token_user`), so two clients with different tokens cannot read each other's private repos or write to each
+other's namespaces; such names are reserved for the tokens they come from. `routes.py` says who may read and write.
+
 Requests are checked before any endpoint runs, and refused with 400: a request target (path, revision, query) or a
 header that holds a control character (CR, LF, NUL, ...) after URL-decoding; a `Content-Length` that is not a decimal
 number, or is larger than `max_body_bytes` (1 GiB unless set); a malformed chunked body. A request whose body cannot
@@ -19,6 +24,7 @@ answers are built from the address the server is bound to, never from the reques
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -44,6 +50,12 @@ MAX_BODY_BYTES = 1 << 30  # the largest request body read (each file of a commit
 _MAX_LINE = 65536  # the longest chunk-size or trailer line read
 _DECIMAL = re.compile(r"[0-9]{1,19}")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_TOKEN_USER = re.compile(r"user-[0-9a-f]{16}")
+
+
+def token_user(token: str) -> str:
+    """The user a token is on a server started without tokens: `user-` and 16 hex digits of the token's sha256."""
+    return "user-" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -209,9 +221,10 @@ class HubServer:
 
     Args:
         root: folder holding the repos; a temporary folder (removed by `stop()`) when None.
-        tokens: bearer tokens accepted for writes, `whoami` and private reads. None accepts any non-empty token.
+        tokens: the bearer tokens accepted, all of them as `user`. None accepts any non-empty token, each as its own
+            user (`token_user`).
         port: port to bind; 0 picks a free one.
-        user: the user name every accepted token authenticates as (the default namespace of `create_repo`).
+        user: the user name every listed token authenticates as (the default namespace of `create_repo`).
         max_body_bytes: the largest request body accepted; a larger one is refused with 400 before it is read.
     """
 
@@ -288,9 +301,19 @@ class HubServer:
         return env
 
     # -- auth and failure injection -----------------------------------------------------------------------------
-    def accepts(self, token: str) -> bool:
-        """Whether `token` authenticates (any non-empty token when the server was given no token set)."""
-        return bool(token) and (self._tokens is None or token in self._tokens)
+    def user_for(self, token: str) -> str | None:
+        """The user `token` authenticates as: `user` for a listed token, `token_user(token)` for any non-empty token
+        when the server was given no tokens; None when the token is refused."""
+        if not token:
+            return None
+        if self._tokens is None:
+            return token_user(token)
+        return self.user if token in self._tokens else None
+
+    def personal_namespace_owner(self, namespace: str) -> str | None:
+        """The user whose own namespace `namespace` is, or None. Without tokens, a `user-<16 hex digits>` name is
+        reserved for the token it comes from; with tokens there is only one user, so no name is reserved."""
+        return namespace if self._tokens is None and _TOKEN_USER.fullmatch(namespace) else None
 
     def fail_next(self, path_prefix: str, *, status: int = 500, count: int = 1, method: str | None = None) -> None:
         """Answer `status` (with a JSON error) to the next `count` requests whose path starts with `path_prefix`.
@@ -316,6 +339,8 @@ class HubServer:
 def serve_forever(root: str | os.PathLike[str], *, tokens: Iterable[str] | None, port: int, user: str | None) -> int:
     """Serve a hub on 127.0.0.1 until interrupted, printing the `HF_ENDPOINT` to use."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if tokens is None and user is not None:
+        logger.warning("--user applies to the tokens given with --token; without them each token is its own user")
     hub = HubServer(root, tokens=tokens, port=port, user=user or DEFAULT_USER).start()
     print(f"HF_ENDPOINT={hub.url}", flush=True)
     try:

@@ -3,8 +3,8 @@
 Every file is a regular (non-LFS) git blob, keyed by its git blob sha1. Each write goes to a temporary file that is
 moved into place, refs last, so a crash mid-commit leaves the previous state intact. Everything a client sends is
 checked before anything is written: names, revisions and file paths (no control characters, no backslashes, no `..`),
-and each line of a commit (a JSON object with the fields its kind needs, file contents in strict base64). Standard library
-only.
+and each line of a commit (a JSON object with the fields its kind needs, file contents in strict base64). A namespace
+belongs to the user who created its first repo; each repo records that user as its `author`. Standard library only.
 """
 
 from __future__ import annotations
@@ -248,9 +248,17 @@ class RepoStore:
         _write_json(self._repo_dir(repo) / "commits" / f"{sha}.json", {"id": sha, **record})
         return sha
 
+    def namespace_owner(self, namespace: str) -> str | None:
+        """The user who created the first repo in `namespace` (of any type), or None while it has none."""
+        first = min(self.root.glob(f"repos/*/{namespace}/*/repo.json"), default=None)
+        return None if first is None else _read_json(first)["author"]
+
     def create_repo(self, repo: RepoRef, *, private: bool, author: str) -> bool:
-        """Create `repo` with an initial commit holding `.gitattributes`; False if it already exists."""
+        """Create `repo` with an initial commit holding `.gitattributes`; False if it already exists. 403 when its
+        namespace belongs to another user (checked under the lock, so two users cannot both claim a new namespace)."""
         with self._lock:
+            if self.namespace_owner(repo.namespace) not in (None, author):
+                raise HubError(403, f"You cannot create repos in {repo.namespace!r}: another user created it")
             repo_dir = self._repo_dir(repo)
             if (repo_dir / "repo.json").is_file():
                 return False
