@@ -365,9 +365,9 @@ def _decode_content(value: dict[str, Any], path: str, number: int) -> bytes:
     if value.get("encoding", "base64") != "base64":
         raise HubError(400, f"Unsupported encoding {value['encoding']!r} for {path!r}: send base64", "BadRequest")
     content = value.get("content")
+    if not isinstance(content, str):
+        raise HubError(400, f"The content of {path!r} (line {number}) must be a base64 string", "BadRequest")
     try:
-        if not isinstance(content, str):
-            raise ValueError("not a string")
         return base64.b64decode(content, validate=True)
     except ValueError as err:  # binascii.Error is a ValueError
         raise HubError(
