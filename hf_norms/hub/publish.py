@@ -2,15 +2,19 @@
 
 `push_to_hub(folder, repo_id)` (and `hf-norms push DIR REPO_ID`):
 
+0. refuses a repo id that huggingface_hub would refuse (`validate_repo_id`: `name` or `namespace/name`, no `..`) and
+   a token shorter than 8 characters, which no leak check could protect;
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
 2. picks the files to upload: everything except files that look like secrets (`.env`, `*.pem`, `*token*`, ...),
    hidden files, pickles (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`) and stray training checkpoints
-   (`checkpoint-*/`), unless a file is named with `include`; the folder's own README.md is replaced by the card;
-3. renders the card (`hf_norms.hub.model_card`) and refuses if the token occurs in it or in any file to upload;
+   (`checkpoint-*/`), unless a file is named with `include`; the folder's own README.md is replaced by the card; a
+   symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+3. renders the card (`hf_norms.hub.model_card`) and refuses if the token occurs in it, in the commit message, the repo
+   id, the branch name or any byte of any file to upload;
 4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
-   symlinks, so the local folder is never written. Nothing on the Hub is deleted unless `delete_patterns` asks.
+   symlinks to the checked files, so the local folder is never written. Nothing on the Hub is deleted unless `delete_patterns` asks.
 
 The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
 stored login (`hf auth login`). The token never appears in a log line or an error message. A failure of the network
@@ -31,14 +35,21 @@ from typing import Any
 import httpx2
 from huggingface_hub import CommitInfo, HfApi, get_token
 from huggingface_hub import constants as hub_constants
-from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
+from huggingface_hub.utils import validate_repo_id
 
 from ..errors import HfNormsError
 from ..models.auto_registration import MODEL_CLASSES
 from ..version import VERSION
 from .card_facts import FAMILIES, read_json, saved_without_pooler
 from .model_card import model_card_for_folder
-from .upload_files import CARD_NAME, CheckpointRefused, refuse_token_leaks, select_upload_files
+from .upload_files import (
+    CARD_NAME,
+    CheckpointRefused,
+    check_token_length,
+    refuse_token_leaks,
+    select_upload_files,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +70,8 @@ class PushError(HfNormsError, RuntimeError):
 def check_checkpoint(folder: Path) -> tuple[dict[str, Any], list[str]]:
     """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads; returns its config.json and its
     remote-code files."""
+    if not folder.exists():
+        raise CheckpointRefused(f"{folder} does not exist; give the folder a model was saved to.")
     if not folder.is_dir():
         raise CheckpointRefused(f"{folder} is not a folder; give the folder a model was saved to.")
     if not (folder / "config.json").is_file():
@@ -171,6 +184,17 @@ def check_preprocessor(folder: Path) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def check_repo_id(repo_id: str) -> None:
+    """Refuse, in one line, a repo id that huggingface_hub refuses (`validate_repo_id`), e.g. `../evil`."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise CheckpointRefused(
+            f"{repo_id!r} is not a Hub repo id: give `name` or `namespace/name` (letters, digits, '-', '_', '.'; at most "
+            "96 characters; no '--' or '..'; not ending in '.git'), e.g. my-org/vit-dyt."
+        ) from None
+
+
 def resolve_endpoint(endpoint: str | None) -> str:
     """`endpoint`, else `HF_ENDPOINT` as set now, else huggingface_hub's default."""
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
@@ -201,6 +225,9 @@ def push_to_hub(
     Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is uploaded,
     or `PushError` when the endpoint fails.
     """
+    check_repo_id(repo_id)
+    token = token or get_token()
+    check_token_length(token)
     folder = Path(folder).resolve()
     config, code_files = check_checkpoint(folder)
     files, skipped = select_upload_files(folder, [*include, *code_files])  # the model's code is never a secret
@@ -208,24 +235,24 @@ def push_to_hub(
         logger.info("Not uploading %s: %s (name it with --include to upload it)", name, reason)
     own_card = CARD_NAME in files
     card_text = "" if own_card else str(model_card_for_folder(folder, repo_id, **card_overrides))
-    token = token or get_token()
-    refuse_token_leaks(folder, files, token, card_text)
+    message = commit_message or (
+        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
+    )
+    published = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
+    refuse_token_leaks(folder, files, token, {f"{CARD_NAME} (rendered)": card_text, **published})
     uploads = sorted({*files, CARD_NAME})
     if dry_run:
         return uploads
     if not token:
         raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
     endpoint = resolve_endpoint(endpoint)
-    message = commit_message or (
-        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
-    )
     api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION)
     logger.info("Uploading %d files from %s to %s/%s", len(uploads), folder, endpoint, repo_id)
     with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
         staging = Path(staging_dir)
         for name in files:
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(folder / name, staging / name)
+            os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
         if not own_card:
             (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
         try:

@@ -2,13 +2,24 @@
 
 Skipped unless named explicitly: files that look like secrets (`.env`, `*.pem`, `*token*`, ...), hidden files and
 folders, pickles (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`), stray training checkpoints
-(`checkpoint-*/`) and the folder's own README.md, which the rendered card replaces.
+(`checkpoint-*/`), entries that are not regular files (FIFOs, sockets) and the folder's own README.md, which the
+rendered card replaces.
+
+Symbolic links are never followed out of the folder. A link to a regular file inside the folder is uploaded, under the
+link's name, with that file's bytes (and skipped when the target's own path would be). Any other link that would be
+uploaded (to a file outside the folder, to a folder, dangling, or a loop) refuses the whole push, naming the link,
+before anything is uploaded; links to folders are never walked into.
+
+The token check reads every byte of every file to upload and every text the push publishes (the card, the commit
+message, the repo id, the branch). A token shorter than `MIN_TOKEN_LENGTH` is refused as a token: it would be "found"
+in ordinary bytes, so the check could not tell a leak from chance.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from ..errors import InputError
@@ -37,10 +48,12 @@ PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 STRAY_FOLDER_PATTERNS = ("checkpoint-*", "__pycache__")
 CARD_NAME = "README.md"
 SCAN_CHUNK = 1 << 22
+MIN_TOKEN_LENGTH = 8  # Hub tokens are 37 characters (`hf_` and 34 more)
 
 
 class CheckpointRefused(InputError):
-    """The folder cannot be published as it is; nothing was uploaded. The message names the problem and the fix."""
+    """The push cannot be made as asked (the folder, repo id, token or commit message); nothing was uploaded. The
+    message names the problem and the fix."""
 
     exit_code = 1
 
@@ -68,15 +81,21 @@ def skip_reason(relative_path: str) -> str | None:
 def select_upload_files(folder: Path, include: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
     """(files to upload, {skipped file: reason}), as paths relative to `folder` with `/` separators, sorted.
 
-    A file named in `include` is uploaded whatever its name; naming a file that is not there is an error.
+    A file named in `include` is uploaded whatever its name; naming a file that is not there is an error. A symbolic
+    link that would be uploaded must lead to a regular file inside `folder` (`link_target`), else CheckpointRefused.
     """
+    folder = folder.resolve()
     include = {PurePosixPath(name).as_posix() for name in include}
     selected, skipped = [], {}
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file():
-            continue
+    for path in sorted(folder_entries(folder)):
         relative = path.relative_to(folder).as_posix()
         reason = None if relative in include else skip_reason(relative)
+        if reason is None and path.is_symlink():
+            target = link_target(folder, path)
+            target_reason = None if relative in include else skip_reason(target)
+            reason = None if target_reason is None else f"a link to {target}: {target_reason}"
+        elif reason is None and not path.is_file():
+            reason = "not a regular file"
         if reason is None:
             selected.append(relative)
         else:
@@ -85,6 +104,38 @@ def select_upload_files(folder: Path, include: Iterable[str] = ()) -> tuple[list
     if missing:
         raise CheckpointRefused(f"include names {missing}, which are not files in {folder}.")
     return selected, skipped
+
+
+def folder_entries(folder: Path) -> Iterator[Path]:
+    """Every entry under `folder` that is not a real folder: files, symbolic links (to files or folders), FIFOs, ...
+    Links to folders are listed, never walked into."""
+    for directory, folders, files in os.walk(folder):
+        base = Path(directory)
+        yield from (base / name for name in files)
+        yield from (base / name for name in folders if (base / name).is_symlink())
+
+
+def link_target(folder: Path, link: Path) -> str:
+    """The path, relative to `folder` (resolved), of the regular file the symbolic link `link` leads to; raises
+    CheckpointRefused, naming the link, when it leads outside the folder, to a folder, or nowhere."""
+    name = link.relative_to(folder).as_posix()
+    try:
+        target = link.resolve(strict=True)
+    except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
+        raise CheckpointRefused(
+            f"{name} in {folder} is a symbolic link that leads nowhere (dangling or a loop); remove it, then push "
+            "again. Nothing was uploaded."
+        ) from None
+    if not target.is_relative_to(folder):
+        where = f"a file outside the folder ({target})"
+    elif not target.is_file():
+        where = f"a folder or special file ({target})"
+    else:
+        return target.relative_to(folder).as_posix()
+    raise CheckpointRefused(
+        f"{name} in {folder} is a symbolic link to {where}; hf-norms uploads links only to files inside the folder. "
+        "Replace the link with a copy of the file, or remove it, then push again. Nothing was uploaded."
+    )
 
 
 def file_contains(path: Path, needle: bytes) -> bool:
@@ -98,16 +149,32 @@ def file_contains(path: Path, needle: bytes) -> bool:
     return False
 
 
-def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None, card_text: str = "") -> None:
-    """Raise CheckpointRefused naming the files (never the token) that contain `token`."""
+def check_token_length(token: str | None) -> None:
+    """Refuse a token too short to be a Hub token: the leak check would find it in ordinary bytes by chance."""
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise CheckpointRefused(
+            f"The Hub token is {len(token)} characters long, too short to be a Hub token (they are 37: hf_...), and too "
+            "short to check the upload for leaks. Set a real token in HF_TOKEN or with `hf auth login`, then push "
+            "again. Nothing was uploaded."
+        )
+
+
+def refuse_token_leaks(
+    folder: Path, files: Sequence[str], token: str | None, texts: Mapping[str, str] | None = None
+) -> None:
+    """Raise CheckpointRefused naming the files and texts (never the token) that contain `token`.
+
+    `files` are read in full (through symbolic links, as they are uploaded); `texts` maps what else is published (the
+    rendered card, the commit message, ...) to its text. A token shorter than `MIN_TOKEN_LENGTH` is refused itself.
+    """
     if not token:
         return
+    check_token_length(token)
     leaks = [name for name in files if file_contains(folder / name, token.encode())]
-    if token in card_text:
-        leaks.append(f"{CARD_NAME} (rendered)")
+    leaks += [what for what, text in (texts or {}).items() if token in text]
     if leaks:
         raise CheckpointRefused(
-            f"The Hub token occurs in {leaks}; nothing was uploaded. Remove it from those files (a "
+            f"The Hub token occurs in {leaks}; nothing was uploaded. Remove it from those files or texts (a "
             "TrainingArguments(hub_token=...) is pickled into training_args.bin: use HF_TOKEN or `hf auth login`)."
         )
 

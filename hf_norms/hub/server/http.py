@@ -8,13 +8,27 @@
         subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
 or standalone: `hf-norms hub --root DIR --port 8000 --token test-token`.
+
+Users: with `tokens` given, each of them authenticates as `user` and every other token is refused (401). Without
+`tokens`, every distinct non-empty token is its own user, named `user-` and the first 16 hex digits of the token's
+sha256 (`token_user`), so two clients with different tokens cannot read each other's private repos or write to each
+other's namespaces; such names are reserved for the tokens they come from. `routes.py` says who may read and write.
+
+Requests are checked before any endpoint runs, and refused with 400: a request target (path, revision, query) or a
+header that holds a control character (CR, LF, NUL, ...) after URL-decoding; a `Content-Length` that is not a decimal
+number, or is larger than `max_body_bytes` (1 GiB unless set); a malformed chunked body. A request whose body cannot
+be delimited is answered at once, without reading the body, and its connection closed. Every response header value is
+written with its control and non-ASCII characters escaped, so no text from a request can split a header. URLs in
+answers are built from the address the server is bound to, never from the request's `Host` header.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -25,12 +39,23 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .routes import Request, Response, error_response, route
-from .store import DEFAULT_USER, HubError, RepoStore
+from .store import CONTROL_CHARACTERS, DEFAULT_USER, HubError, RepoStore, check_text
 
 logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 30  # the largest request body read (each file of a commit arrives base64-encoded in it)
+_MAX_LINE = 65536  # the longest chunk-size or trailer line read
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_TOKEN_USER = re.compile(r"user-[0-9a-f]{16}")
+
+
+def token_user(token: str) -> str:
+    """The user a token is on a server started without tokens: `user-` and 16 hex digits of the token's sha256."""
+    return "user-" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -64,33 +89,83 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("%s " + format, self.address_string(), *args)
 
     def _dispatch(self, method: str) -> None:
-        url = urlsplit(self.path)
-        body = self._read_body()
         try:
-            injected = self.server.hub.take_failure(method, url.path)
-            if injected is not None:
-                raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
-            endpoint, params = route(method, url.path)
-            response = endpoint(Request(method, params, parse_qs(url.query), self.headers, body, self.server.hub))
+            body = self._read_body()  # a broken connection (timeout, reset) propagates: http.server closes it
+        except HubError as err:
+            self._send(error_response(err))
+            return
+        try:
+            response = self._answer(method, body)
         except HubError as err:
             response = error_response(err)
         except (ValueError, KeyError, TypeError) as err:
             response = error_response(HubError(400, f"Bad request: {type(err).__name__}: {err}", "BadRequest"))
         except Exception:
-            logger.exception("Hub server error on %s %s", method, url.path)
+            logger.exception("Hub server error on %s %r", method, self.path)
             response = error_response(HubError(500, "Internal server error"))
         self._send(response)
 
+    def _answer(self, method: str, body: bytes) -> Response:
+        """Check the request's target and headers, then run its endpoint (or an injected failure)."""
+        check_text(unquote(self.path), "request target")
+        for name, value in self.headers.items():
+            if CONTROL_CHARACTERS.search(name + value.replace("\t", " ")):  # the value is not echoed: it may be a token
+                raise HubError(400, f"Header {name!r} holds a control character (CR, LF, NUL, ...)", "BadRequest")
+        url = urlsplit(self.path)
+        injected = self.server.hub.take_failure(method, url.path)
+        if injected is not None:
+            raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
+        endpoint, params = route(method, url.path)
+        return endpoint(Request(method, params, parse_qs(url.query), self.headers, body, self.server.hub))
+
     def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
-            while size := int(self.rfile.readline().split(b";")[0].strip(), 16):
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline().strip():  # trailers, up to the blank line
-                pass
-            return b"".join(chunks)
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        """The request body: `Content-Length` bytes or a chunked body, at most `max_body_bytes`. A body that cannot
+        be delimited or is too large is refused before it is read, and the connection is closed."""
+        lengths = self.headers.get_all("Content-Length") or []
+        encoding = self.headers.get("Transfer-Encoding")
+        if encoding is not None:
+            if encoding.strip().lower() != "chunked" or lengths:
+                self._refuse_body("Transfer-Encoding must be 'chunked', without a Content-Length")
+            return self._read_chunked()
+        if not lengths:
+            return b""
+        if len(lengths) > 1 or not _DECIMAL.fullmatch(lengths[0].strip()):
+            self._refuse_body(f"Content-Length must be one decimal number of bytes, not {', '.join(lengths)!r}")
+        size = int(lengths[0])
+        self._check_body_size(size)
+        body = self.rfile.read(size)
+        if len(body) < size:
+            self._refuse_body(f"The body ended after {len(body)} of its {size} bytes")
+        return body
+
+    def _read_chunked(self) -> bytes:
+        """A `Transfer-Encoding: chunked` body (chunk extensions and trailers are read and ignored)."""
+        chunks, total = [], 0
+        while True:
+            size_field = self.rfile.readline(_MAX_LINE).split(b";")[0].strip()
+            if not _CHUNK_SIZE.fullmatch(size_field):
+                self._refuse_body(f"Bad chunk size {size_field[:40]!r}: a chunked body needs hexadecimal sizes")
+            size = int(size_field, 16)
+            if size == 0:
+                break
+            total += size
+            self._check_body_size(total)
+            chunks.append(self.rfile.read(size))
+            if len(chunks[-1]) < size or self.rfile.readline(_MAX_LINE).strip():
+                self._refuse_body("A chunk is shorter than its size")
+        while self.rfile.readline(_MAX_LINE).strip():  # trailers, up to the blank line
+            pass
+        return b"".join(chunks)
+
+    def _check_body_size(self, size: int) -> None:
+        limit = self.server.hub.max_body_bytes
+        if size > limit:
+            self._refuse_body(f"The request body ({size} bytes) is larger than this hub's limit of {limit} bytes")
+
+    def _refuse_body(self, message: str) -> None:
+        """Answer 400 without reading on: where this request's body ends is unknown, so the connection is closed."""
+        self.close_connection = True
+        raise HubError(400, message, "BadRequest")
 
     def _send(self, response: Response) -> None:
         if response.content is not None:
@@ -102,7 +177,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body) if response.size is None else response.size))
         self.send_header("X-Request-Id", uuid.uuid4().hex)
         for key, value in response.headers.items():
-            self.send_header(key, value)
+            self.send_header(key, value.encode("unicode_escape").decode("ascii"))  # `\r`, `\n`, `\x00`, `\xe9`
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -144,9 +221,11 @@ class HubServer:
 
     Args:
         root: folder holding the repos; a temporary folder (removed by `stop()`) when None.
-        tokens: bearer tokens accepted for writes, `whoami` and private reads. None accepts any non-empty token.
+        tokens: the bearer tokens accepted, all of them as `user`. None accepts any non-empty token, each as its own
+            user (`token_user`).
         port: port to bind; 0 picks a free one.
-        user: the user name every accepted token authenticates as (the default namespace of `create_repo`).
+        user: the user name every listed token authenticates as (the default namespace of `create_repo`).
+        max_body_bytes: the largest request body accepted; a larger one is refused with 400 before it is read.
     """
 
     def __init__(
@@ -156,12 +235,14 @@ class HubServer:
         tokens: Iterable[str] | None = None,
         port: int = 0,
         user: str = DEFAULT_USER,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self._owns_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="hf-norms-hub-") if root is None else root)
         self.store = RepoStore(self.root)
         self.user = user
         self._tokens = None if tokens is None else frozenset(tokens)
+        self.max_body_bytes = max_body_bytes
         self._port = port
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -220,9 +301,19 @@ class HubServer:
         return env
 
     # -- auth and failure injection -----------------------------------------------------------------------------
-    def accepts(self, token: str) -> bool:
-        """Whether `token` authenticates (any non-empty token when the server was given no token set)."""
-        return bool(token) and (self._tokens is None or token in self._tokens)
+    def user_for(self, token: str) -> str | None:
+        """The user `token` authenticates as: `user` for a listed token, `token_user(token)` for any non-empty token
+        when the server was given no tokens; None when the token is refused."""
+        if not token:
+            return None
+        if self._tokens is None:
+            return token_user(token)
+        return self.user if token in self._tokens else None
+
+    def personal_namespace_owner(self, namespace: str) -> str | None:
+        """The user whose own namespace `namespace` is, or None. Without tokens, a `user-<16 hex digits>` name is
+        reserved for the token it comes from; with tokens there is only one user, so no name is reserved."""
+        return namespace if self._tokens is None and _TOKEN_USER.fullmatch(namespace) else None
 
     def fail_next(self, path_prefix: str, *, status: int = 500, count: int = 1, method: str | None = None) -> None:
         """Answer `status` (with a JSON error) to the next `count` requests whose path starts with `path_prefix`.
@@ -248,6 +339,8 @@ class HubServer:
 def serve_forever(root: str | os.PathLike[str], *, tokens: Iterable[str] | None, port: int, user: str | None) -> int:
     """Serve a hub on 127.0.0.1 until interrupted, printing the `HF_ENDPOINT` to use."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if tokens is None and user is not None:
+        logger.warning("--user applies to the tokens given with --token; without them each token is its own user")
     hub = HubServer(root, tokens=tokens, port=port, user=user or DEFAULT_USER).start()
     print(f"HF_ENDPOINT={hub.url}", flush=True)
     try:

@@ -13,12 +13,16 @@ that `huggingface_hub` and `transformers` call:
   `HEAD`/`GET /[{type}s/]{id}/resolve/{rev}/{path}`.
 
 Preupload always answers `uploadMode: "regular"`, so file bytes arrive base64-encoded inside the commit.
+
+Who may do what (the token's user comes from `HubServer.user_for`): reading a public repo needs no token; a private
+repo exists only for its owner (anyone else gets 404, as on the Hub); writing (commit, branch, tag) needs the owner's
+token (401 without a valid token, 403 for another user's repo); `create_repo` works in the caller's own namespace and in
+any namespace that has no repo yet, which the caller then owns, like an organisation it created (403 elsewhere).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -32,6 +36,7 @@ from .store import (
     HubError,
     RepoRef,
     check_name,
+    load_json_object,
     parse_commit_payload,
     path_entry,
     repo_not_found,
@@ -60,7 +65,8 @@ class Request:
         return self.query.get(name, ["false"])[0].lower() in ("1", "true")
 
     def json_body(self) -> dict[str, Any]:
-        return json.loads(self.body or b"{}")
+        """The body as a JSON object (`{}` when empty); 400 when it is not one."""
+        return load_json_object(self.body or b"{}", "The request body")
 
     def token(self) -> str | None:
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
@@ -73,24 +79,32 @@ class Request:
         token = self.token()
         if token is None:
             raise HubError(401, "Authentication required: send 'Authorization: Bearer <token>'")
-        if not self.hub.accepts(token):
+        user = self.hub.user_for(token)
+        if user is None:
             raise HubError(401, "Invalid credentials in Authorization header")
-        return self.hub.user
+        return user
+
+    def repo(self) -> tuple[RepoRef, dict[str, Any]]:
+        """The request's repo and its metadata; 404 when it does not exist, or is private and not the caller's."""
+        repo = repo_ref(self.params.get("repo_type", ""), self.params["ns"], self.params["name"])
+        meta = self.hub.store.meta(repo)
+        if meta["private"]:
+            token = self.token()
+            if token is None or self.hub.user_for(token) != meta["author"]:
+                raise repo_not_found(repo)
+        return repo, meta
 
     def readable_repo(self) -> RepoRef:
-        """The request's repo, if it exists and the caller may read it (private repos need a valid token)."""
-        repo = repo_ref(self.params.get("repo_type", ""), self.params["ns"], self.params["name"])
-        if self.hub.store.meta(repo)["private"]:
-            token = self.token()
-            if token is None or not self.hub.accepts(token):
-                raise repo_not_found(repo)
-        return repo
+        """The request's repo, if it exists and the caller may read it (a private repo only its owner)."""
+        return self.repo()[0]
 
     def writable_repo(self) -> tuple[RepoRef, str]:
-        """The request's repo and the writing user; 401 without a valid token, 404 when the repo does not exist."""
+        """The request's repo and the writing user, its owner; 401 without a valid token, 403 for another user's
+        repo, 404 when the repo does not exist or is another user's private repo."""
         user = self.user()
-        repo = repo_ref(self.params.get("repo_type", ""), self.params["ns"], self.params["name"])
-        self.hub.store.meta(repo)
+        repo, meta = self.repo()
+        if meta["author"] != user:
+            raise HubError(403, f"You cannot write to {repo.id}: it belongs to another user")
         return repo, user
 
     def commit_files(self, repo: RepoRef, revision: str) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -112,7 +126,7 @@ class Response:
 
 def error_response(error: HubError, headers: dict[str, str] | None = None) -> Response:
     """The JSON error answer, with the `X-Error-Code` header `huggingface_hub` dispatches on."""
-    extra = {"X-Error-Message": error.message.encode("ascii", "backslashreplace").decode(), **(headers or {})}
+    extra = {"X-Error-Message": error.message, **(headers or {})}  # http.py escapes every header value
     if error.code:
         extra["X-Error-Code"] = error.code
     return Response(error.status, {"error": error.message}, headers=extra)
@@ -157,7 +171,9 @@ def create_repo(request: Request) -> Response:
     if repo_type not in REPO_TYPES:
         raise HubError(400, f"Unsupported repo type: {repo_type!r}", "BadRequest")
     namespace = check_name(payload.get("organization") or user, "namespace")
-    repo = RepoRef(repo_type, namespace, check_name(payload["name"], "repo name"))
+    if request.hub.personal_namespace_owner(namespace) not in (None, user):
+        raise HubError(403, f"You cannot create repos in {namespace!r}: it is another user's own namespace")
+    repo = RepoRef(repo_type, namespace, check_name(payload.get("name"), "repo name"))
     private = bool(payload.get("private")) or payload.get("visibility") == "private"
     url = f"{request.hub.url}/{repo.web_path}"
     if not request.hub.store.create_repo(repo, private=private, author=user):

@@ -1,7 +1,10 @@
 """The loopback Hub's storage: repositories on disk as content-addressed blobs, per-commit manifests and refs.
 
 Every file is a regular (non-LFS) git blob, keyed by its git blob sha1. Each write goes to a temporary file that is
-moved into place, refs last, so a crash mid-commit leaves the previous state intact. Standard library only.
+moved into place, refs last, so a crash mid-commit leaves the previous state intact. Everything a client sends is
+checked before anything is written: names, revisions and file paths (no control characters, no backslashes, no `..`),
+and each line of a commit (a JSON object with the fields its kind needs, file contents in strict base64). A namespace
+belongs to the user who created its first repo; each repo records that user as its `author`. Standard library only.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ INITIAL_GITATTRIBUTES = (
 _SHA_RE = re.compile(r"[0-9a-f]{40}")
 _SHORT_SHA_RE = re.compile(r"[0-9a-f]{7,39}")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+FORBIDDEN_FOLDERS = (".git", ".cache")  # huggingface_hub refuses to commit into these
 
 
 class HubError(Exception):
@@ -111,17 +116,46 @@ def _read_json(path: Path) -> Any:
     return json.loads(path.read_bytes())
 
 
-def check_repo_path(path: str) -> str:
-    """Validate a file path inside a repo (relative, POSIX, no `..`) and return it."""
+def check_text(value: str, what: str) -> str:
+    """Refuse control characters (CR, LF, NUL, ...) in `value`, so that none can reach a header, a log line or a file
+    name; returns `value`."""
+    if CONTROL_CHARACTERS.search(value):
+        raise HubError(400, f"Invalid {what}: control characters are not allowed: {value!r}", "BadRequest")
+    return value
+
+
+def check_repo_path(path: Any) -> str:
+    """Validate a file path inside a repo as huggingface_hub does before it uploads: a relative POSIX path with no
+    empty, `.` or `..` segment, no backslash, no control character and no `.git`/`.cache` folder; returns it."""
+    if not isinstance(path, str):
+        raise HubError(400, f"Invalid path in repo: {path!r} is not a string", "BadRequest")
     parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+    if (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or CONTROL_CHARACTERS.search(path)
+        or any(p in ("", ".", "..", *FORBIDDEN_FOLDERS) for p in parts)
+    ):
         raise HubError(400, f"Invalid path in repo: {path!r}", "BadRequest")
     return path
 
 
-def check_name(value: str, what: str) -> str:
-    if not _NAME_RE.fullmatch(value) or ".." in value:
+def check_name(value: Any, what: str) -> str:
+    """Validate a namespace, repo, branch or tag name (letters, digits, `.`, `_`, `-`, no `..`); returns it."""
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value) or ".." in value:
         raise HubError(400, f"Invalid {what}: {value!r}", "BadRequest")
+    return value
+
+
+def load_json_object(data: bytes, what: str) -> dict[str, Any]:
+    """`data` parsed as a JSON object; 400 (naming `what`) when it is not JSON or not an object (a list, a number)."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise HubError(400, f"{what} is not valid JSON: {err}", "BadRequest") from None
+    if not isinstance(value, dict):
+        raise HubError(400, f"{what} must be a JSON object, not {type(value).__name__}", "BadRequest")
     return value
 
 
@@ -214,9 +248,17 @@ class RepoStore:
         _write_json(self._repo_dir(repo) / "commits" / f"{sha}.json", {"id": sha, **record})
         return sha
 
+    def namespace_owner(self, namespace: str) -> str | None:
+        """The user who created the first repo in `namespace` (of any type), or None while it has none."""
+        first = min(self.root.glob(f"repos/*/{namespace}/*/repo.json"), default=None)
+        return None if first is None else _read_json(first)["author"]
+
     def create_repo(self, repo: RepoRef, *, private: bool, author: str) -> bool:
-        """Create `repo` with an initial commit holding `.gitattributes`; False if it already exists."""
+        """Create `repo` with an initial commit holding `.gitattributes`; False if it already exists. 403 when its
+        namespace belongs to another user (checked under the lock, so two users cannot both claim a new namespace)."""
         with self._lock:
+            if self.namespace_owner(repo.namespace) not in (None, author):
+                raise HubError(403, f"You cannot create repos in {repo.namespace!r}: another user created it")
             repo_dir = self._repo_dir(repo)
             if (repo_dir / "repo.json").is_file():
                 return False
@@ -279,33 +321,58 @@ def _apply(files: dict[str, dict[str, Any]], op: CommitOp, put_blob: Callable[[b
 
 
 def parse_commit_payload(body: bytes) -> tuple[dict[str, Any], list[CommitOp]]:
-    """Parse the ndjson body of `POST .../commit/{rev}` into its header value and operations."""
+    """Parse the ndjson body of `POST .../commit/{rev}` into its header value and operations; 400 for any line that is
+    not a JSON object `{"key": ..., "value": {...}}` with the fields its key needs."""
     header: dict[str, Any] = {}
     operations: list[CommitOp] = []
-    for line in body.splitlines():
+    for number, line in enumerate(body.splitlines(), start=1):
         if not line.strip():
             continue
-        item = json.loads(line)
-        key, value = item.get("key"), item.get("value", {})
+        item = load_json_object(line, f"Commit line {number}")
+        key, value = item.get("key"), item.get("value")
+        if not isinstance(value, dict):
+            raise HubError(400, f"Commit line {number} needs an object 'value'", "BadRequest")
         if key == "header":
-            header = value
+            header = _commit_header(value, number)
         elif key == "file":
-            operations.append(FileAdd(check_repo_path(value["path"]), _decode_content(value)))
+            path = check_repo_path(value.get("path"))
+            operations.append(FileAdd(path, _decode_content(value, path, number)))
         elif key in ("deletedFile", "deletedFolder"):
-            operations.append(FileDelete(check_repo_path(value["path"].rstrip("/")), folder=key == "deletedFolder"))
+            path = value.get("path")
+            path = check_repo_path(path.rstrip("/") if isinstance(path, str) else path)
+            operations.append(FileDelete(path, folder=key == "deletedFolder"))
         elif key == "lfsFile":
             raise HubError(400, "This hub stores every file inline: LFS uploads are not supported", "BadRequest")
         else:
-            raise HubError(400, f"Unknown commit operation: {key!r}", "BadRequest")
-    if not header.get("summary"):
+            raise HubError(400, f"Unknown commit operation on line {number}: {key!r}", "BadRequest")
+    if not header:
         raise HubError(400, "The commit needs a header with a summary", "BadRequest")
     return header, operations
 
 
-def _decode_content(value: dict[str, Any]) -> bytes:
-    if value.get("encoding", "base64") == "base64":
-        return base64.b64decode(value["content"])
-    return str(value["content"]).encode()
+def _commit_header(value: dict[str, Any], number: int) -> dict[str, Any]:
+    """The commit header: a non-empty string `summary`, and `description`/`parentCommit` strings when present."""
+    if not isinstance(value.get("summary"), str) or not value["summary"]:
+        raise HubError(400, f"The commit header (line {number}) needs a non-empty string 'summary'", "BadRequest")
+    for name in ("description", "parentCommit"):
+        if value.get(name) is not None and not isinstance(value[name], str):
+            raise HubError(400, f"The commit header's {name!r} (line {number}) must be a string", "BadRequest")
+    return value
+
+
+def _decode_content(value: dict[str, Any], path: str, number: int) -> bytes:
+    """The bytes of a `file` line: its `content` in strict base64 (any other character, or bad padding, is a 400)."""
+    if value.get("encoding", "base64") != "base64":
+        raise HubError(400, f"Unsupported encoding {value['encoding']!r} for {path!r}: send base64", "BadRequest")
+    content = value.get("content")
+    if not isinstance(content, str):
+        raise HubError(400, f"The content of {path!r} (line {number}) must be a base64 string", "BadRequest")
+    try:
+        return base64.b64decode(content, validate=True)
+    except ValueError as err:  # binascii.Error is a ValueError
+        raise HubError(
+            400, f"The content of {path!r} (line {number}) is not valid base64: {err}", "BadRequest"
+        ) from None
 
 
 def tree_entries(files: dict[str, dict[str, Any]], prefix: str, recursive: bool) -> list[dict[str, Any]]:

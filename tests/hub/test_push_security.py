@@ -1,0 +1,182 @@
+"""`hf-norms push` against hostile folders and inputs: symbolic links, the token in what is published, short tokens,
+bad repo ids and missing folders. Each refusal is checked on the loopback Hub (nothing uploaded) and on disk (no local
+file changed)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config
+from huggingface_hub import HfApi, hf_hub_download
+from transformers import ViTImageProcessorPil
+
+import hf_norms
+from hf_norms import cli
+from hf_norms.hub.publish import CheckpointRefused, push_to_hub
+from hf_norms.hub.server import HubServer
+
+TOKEN = "hf_push-security-secret-0815"
+
+pytestmark = pytest.mark.usefixtures("hub_online")
+
+
+@pytest.fixture(scope="module")
+def hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api(hub: HubServer) -> HfApi:
+    return HfApi(endpoint=hub.url, token=TOKEN)
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ViT checkpoint that passes every check of the push (weights, remote code, image processor)."""
+    folder = tmp_path_factory.mktemp("checkpoint") / "vit"
+    hf_norms.ViTNormModel(tiny_config("vit", "layernorm")).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def checkpoint(saved_checkpoint: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the checkpoint inside `tmp_path/work`, next to a private key at `tmp_path/outside/id_rsa`."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    return Path(shutil.copytree(saved_checkpoint, tmp_path / "work" / "vit"))
+
+
+def disk_state(root: Path) -> dict[str, str]:
+    """sha256 of every file under `root`, links followed, keyed by path (links marked with their target)."""
+    state = {}
+    for path in sorted(root.rglob("*")):
+        key = path.relative_to(root).as_posix() + (f" -> {os.readlink(path)}" if path.is_symlink() else "")
+        state[key] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder or dangling"
+    return state
+
+
+def assert_refused_and_nothing_uploaded(api: HfApi, repo_id: str, root: Path, match: str, **push_args) -> str:
+    """Push `root/work/vit` to `repo_id`, expect CheckpointRefused matching `match`, and check that the repo's files
+    and every file under `root` (the folder and what its links lead to) are unchanged; returns the message."""
+    before_remote = set(api.list_repo_files(repo_id)) if api.repo_exists(repo_id) else None
+    before_disk = disk_state(root)
+    with pytest.raises(CheckpointRefused, match=match) as excinfo:
+        push_to_hub(root / "work" / "vit", repo_id, endpoint=api.endpoint, **{"token": TOKEN, **push_args})
+    after_remote = set(api.list_repo_files(repo_id)) if api.repo_exists(repo_id) else None
+    assert after_remote == before_remote and disk_state(root) == before_disk
+    message = str(excinfo.value)
+    assert "\n" not in message and TOKEN not in message
+    return message
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Symbolic links
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_link_to_a_file_outside_the_folder_is_refused(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    push_to_hub(checkpoint, "org/links", endpoint=api.endpoint, token=TOKEN)  # an existing repo, to compare against
+    (checkpoint / "notes.txt").symlink_to(tmp_path / "outside" / "id_rsa")
+    message = assert_refused_and_nothing_uploaded(api, "org/links", tmp_path, "notes.txt")
+    assert "outside the folder" in message
+    (checkpoint / "notes.txt").unlink()
+    (checkpoint / "sub").mkdir()
+    (checkpoint / "sub" / "deep.txt").symlink_to("../../../outside/id_rsa")  # relative, from a subfolder
+    assert_refused_and_nothing_uploaded(api, "org/links", tmp_path, "sub/deep.txt")
+    assert_refused_and_nothing_uploaded(api, "org/links-new", tmp_path, "sub/deep.txt")  # nor is the repo created
+
+
+@pytest.mark.parametrize("kind", ["folder inside", "folder outside", "dangling", "loop"])
+def test_links_to_folders_and_links_to_nothing_are_refused(
+    kind: str, checkpoint: Path, api: HfApi, tmp_path: Path
+) -> None:
+    link = checkpoint / "extra"
+    if kind == "folder inside":
+        (checkpoint / "data").mkdir()
+        (checkpoint / "data" / "a.txt").write_text("a")
+        link.symlink_to("data")
+    elif kind == "folder outside":
+        link.symlink_to(tmp_path / "outside")
+    elif kind == "dangling":
+        link.symlink_to(checkpoint / "missing.txt")
+    else:
+        link.symlink_to("extra")
+    assert_refused_and_nothing_uploaded(api, "org/link-kinds", tmp_path, "extra")
+
+
+def test_a_link_to_a_file_inside_the_folder_is_uploaded_as_that_file(
+    checkpoint: Path, api: HfApi, tmp_path: Path
+) -> None:
+    (checkpoint / "notes-v1.txt").write_text("first notes")
+    (checkpoint / "notes.txt").symlink_to("notes-v1.txt")
+    (checkpoint / "keys.txt").symlink_to(".env")  # a link to a secret-looking file stays local, as the file does
+    (checkpoint / ".env").write_text("AWS_SECRET=abc")
+    push_to_hub(checkpoint, "org/inside-link", endpoint=api.endpoint, token=TOKEN)
+    remote = set(api.list_repo_files("org/inside-link"))
+    assert {"notes.txt", "notes-v1.txt"} <= remote and not {"keys.txt", ".env"} & remote
+    path = hf_hub_download("org/inside-link", "notes.txt", endpoint=api.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    assert Path(path).read_text() == "first notes"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The token, short tokens, repo ids, missing folders
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("push_args", "where"),
+    [
+        ({"commit_message": f"pushed with {TOKEN}"}, "the commit message"),
+        ({"revision": TOKEN}, "the branch name"),
+        ({"notes": [f"made with {TOKEN}"]}, "README.md"),
+    ],
+)
+def test_the_token_in_anything_published_is_refused(
+    push_args: dict, where: str, checkpoint: Path, api: HfApi, tmp_path: Path
+) -> None:
+    assert_refused_and_nothing_uploaded(api, "org/token-text", tmp_path, where, **push_args)
+
+
+def test_the_token_in_a_linked_file_is_refused(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    (checkpoint / "log.txt").write_text(f"login {TOKEN}")
+    (checkpoint / "latest.txt").symlink_to("log.txt")
+    message = assert_refused_and_nothing_uploaded(api, "org/token-link", tmp_path, "latest.txt")
+    assert "log.txt" in message
+
+
+@pytest.mark.parametrize("short", ["x", "hf_1234"])
+def test_a_short_token_is_refused_not_matched(short: str, checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    message = assert_refused_and_nothing_uploaded(api, "org/short", tmp_path, "too short", token=short)
+    assert f"{len(short)} characters" in message
+
+
+@pytest.mark.parametrize("repo_id", ["../evil", "org/../evil", "a/b/c", "org/name\nX-Injected: 1", "org/-x", ""])
+def test_a_bad_repo_id_is_one_line_on_the_command_line(
+    repo_id: str, checkpoint: Path, api: HfApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert cli.main(["push", str(checkpoint), repo_id]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-norms push: error: ") and "is not a Hub repo id" in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_folder_is_one_line_on_the_command_line(
+    tmp_path: Path, api: HfApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert cli.main(["push", str(tmp_path / "nowhere"), "org/missing"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err == f"hf-norms push: error: {tmp_path / 'nowhere'} does not exist; give the folder a model was saved to.\n"
+    )
+    assert not api.repo_exists("org/missing")
