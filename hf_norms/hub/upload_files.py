@@ -55,8 +55,6 @@ class CheckpointRefused(InputError):
     """The push cannot be made as asked (the folder, repo id, token or commit message); nothing was uploaded. The
     message names the problem and the fix."""
 
-    exit_code = 1
-
 
 def skip_reason(relative_path: str) -> str | None:
     """Why a file is not uploaded unless named explicitly, or None to upload it."""

@@ -420,7 +420,7 @@ def test_cli_push(checkpoints, api, hub, monkeypatch, capsys):
     assert api.list_repo_commits("org/cli-deit", revision="dev")[0].title == "hi"
     assert "model.safetensors" not in api.list_repo_files("org/cli-deit")  # main untouched
     assert cli.main(["push", folder, "org/cli-dry", "--dry-run"]) == 0 and not api.repo_exists("org/cli-dry")
-    assert cli.main(["push", str(Path(folder).parent), "org/cli-bad"]) == 1
+    assert cli.main(["push", str(Path(folder).parent), "org/cli-bad"]) == 2
     out = capsys.readouterr()
     assert "README.md" in json.loads(out.out[out.out.index("{") :])["files"] and "no config.json" in out.err
     assert TOKEN not in out.out + out.err
