@@ -28,10 +28,11 @@ import torch
 from PIL import Image
 
 from hf_norms import packaged
-from hf_norms.conversion.convert import convert, load_processor
+from hf_norms.conversion.convert import convert
 from hf_norms.conversion.data import encode_batches, load_examples
 from hf_norms.conversion.fidelity import pooled
 from hf_norms.conversion.healing import COSINE_WEIGHT, HIDDEN_STATE_WEIGHT, heal
+from hf_norms.conversion.sources import load_processor
 
 EXACT_TYPES = ("sepnorm", "dtn", "lape")
 

@@ -1,6 +1,6 @@
-"""hf-norms: DyT, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT and BERT models.
+"""hf-norms: DyT, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT, DINOv2 and BERT models.
 
-Importing the package registers the `vit_norm`, `deit_norm` and `bert_norm` model types with `AutoConfig` and every
+Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig` and every
 matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works. The names below are the public API;
 each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) when first used.
 """
@@ -23,6 +23,7 @@ PUBLIC_MODULES = {
     ],
     "models.configuration_bert_norm": ["BertNormConfig"],
     "models.configuration_deit_norm": ["DeiTNormConfig"],
+    "models.configuration_dinov2_norm": ["Dinov2NormConfig"],
     "models.configuration_vit_norm": ["ViTNormConfig"],
     "models.modeling_bert_norm": [
         "BertNormForMaskedLM", "BertNormForMultipleChoice", "BertNormForNextSentencePrediction",
@@ -33,9 +34,10 @@ PUBLIC_MODULES = {
         "DeiTNormForImageClassification", "DeiTNormForImageClassificationWithTeacher",
         "DeiTNormForMaskedImageModeling", "DeiTNormModel",
     ],
+    "models.modeling_dinov2_norm": ["Dinov2NormForImageClassification", "Dinov2NormModel"],
     "models.modeling_vit_norm": ["ViTNormForImageClassification", "ViTNormForMaskedImageModeling", "ViTNormModel"],
     "models.auto_registration": ["register_auto_classes"],
-    "conversion.convert": ["convert"],
+    "conversion.convert": ["convert", "convert_model"],
     "hub.publish": ["push_to_hub"],
 }  # fmt: skip
 PUBLIC_NAMES = {name: module for module, names in PUBLIC_MODULES.items() for name in names}

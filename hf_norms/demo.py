@@ -1,6 +1,7 @@
 """`hf-norms demo`: the whole flow on the real packaged models, offline, against an embedded loopback Hub.
 
-1. Build the real checkpoints: all-MiniLM-L6-v2 (BERT) and DINOv2-S/14 as a plain ViT (`hf_norms.packaged`).
+1. Build the real checkpoints: all-MiniLM-L6-v2 (BERT, a sentence-transformers model) and DINOv2-S/14 (a
+   `Dinov2Model`), from the packages that ship them (`hf_norms.packaged`).
 2. Convert them (`hf_norms.convert`): exact SepNorm/DTN/LaPE, and DyT calibrated on BBC News texts.
 3. Push each with its model card (`hf_norms.push_to_hub`) to a Hub on 127.0.0.1 (`hf_norms.hub.server`), or to
    `--endpoint`.
@@ -90,8 +91,8 @@ def demo_jobs(minilm: Path, dinov2: Path, texts_file: Path, held_out_file: Path)
             "dyt",
             {**text_data, "calibration_data": str(texts_file), "calibration_samples": 32},
         ),
-        DemoJob("dinov2-small-vit-dtn", str(dinov2), "image", "dtn", {}),
-        DemoJob("dinov2-small-vit-lape", str(dinov2), "image", "lape", {}),
+        DemoJob("dinov2-small-dtn", str(dinov2), "image", "dtn", {}),
+        DemoJob("dinov2-small-lape", str(dinov2), "image", "lape", {}),
     ]
 
 
@@ -152,7 +153,7 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
 
     from .conversion.convert import convert
     from .hub.publish import push_to_hub
-    from .packaged import dinov2_small_vit_path, minilm_path
+    from .packaged import dinov2_small_path, minilm_path
 
     transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()
@@ -162,7 +163,7 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
     try:
         print(f"Hub endpoint: {endpoint}" + (" (embedded, on 127.0.0.1)" if hub else ""))
         texts_file, held_out_file = write_texts(workdir)
-        jobs = demo_jobs(minilm_path(), dinov2_small_vit_path(), texts_file, held_out_file)
+        jobs = demo_jobs(minilm_path(), dinov2_small_path(), texts_file, held_out_file)
         loads = []
         for job in jobs:
             folder = workdir / job.name

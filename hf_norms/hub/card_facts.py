@@ -30,6 +30,7 @@ FAMILIES = {
     "vit_norm": ("vit", "ViT", "ViTNormConfig"),
     "deit_norm": ("deit", "DeiT", "DeiTNormConfig"),
     "bert_norm": ("bert", "BERT", "BertNormConfig"),
+    "dinov2_norm": ("dinov2", "DINOv2", "Dinov2NormConfig"),
 }
 # The head class's suffix -> its Auto class and pipeline task (None where transformers has no pipeline for it).
 HEADS = {
@@ -94,6 +95,7 @@ class CardFacts:
     notes: list[str]
     hf_norms_version: str
     without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
+    sentence_transformers: bool = False  # the folder is a sentence-transformers model (modules.json, pooling, ...)
 
     @property
     def model_name(self) -> str:
@@ -108,7 +110,13 @@ class CardFacts:
         return head_of(self.architecture)[0]
 
     @property
+    def library_name(self) -> str:
+        return "sentence-transformers" if self.sentence_transformers else "transformers"
+
+    @property
     def pipeline_tag(self) -> str | None:
+        if self.sentence_transformers:
+            return "sentence-similarity"
         task = head_of(self.architecture)[1]
         if task is None and self.auto_class == "AutoModel":
             task = "feature-extraction" if self.family == "bert" else "image-feature-extraction"
@@ -161,6 +169,8 @@ def weight_names(folder: Path) -> set[str]:
 
 def saved_without_pooler(folder: Path, architecture: str) -> bool:
     """A bare `*NormModel` whose weights have no pooler: it loads cleanly only with `add_pooling_layer=False`."""
+    if architecture.startswith("Dinov2"):  # DINOv2 has no pooler at all (its pooler output is the final [CLS] state)
+        return False
     names = weight_names(folder)
     return head_of(architecture)[0] == "AutoModel" and bool(names) and not any("pooler." in name for name in names)
 
@@ -301,4 +311,5 @@ def gather_card_facts(
         notes=list(notes or []),
         hf_norms_version=(report or {}).get("hf_norms_version") or VERSION,
         without_pooler=saved_without_pooler(folder, architecture),
+        sentence_transformers=(folder / "modules.json").is_file(),
     )

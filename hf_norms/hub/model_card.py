@@ -38,10 +38,12 @@ def card_metadata(facts: CardFacts) -> ModelCardData:
     """The YAML metadata: library, task, base model and relation, tags, datasets, license, model-index results."""
     paper = PAPERS.get(facts.norm_type)
     tags = ["hf-norms", facts.family, facts.norm_type, "custom_code", *([f"arxiv:{paper.arxiv_id}"] if paper else [])]
+    if facts.sentence_transformers:
+        tags = [*tags, "sentence-transformers", "feature-extraction"]
     relation = {"base_model_relation": "finetune"} if facts.base_model and facts.trained_after_conversion else {}
     return ModelCardData(
         model_name=facts.model_name,
-        library_name="transformers",
+        library_name=facts.library_name,
         pipeline_tag=facts.pipeline_tag,
         base_model=facts.base_model,
         license=facts.license,

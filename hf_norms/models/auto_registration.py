@@ -11,15 +11,17 @@ from types import ModuleType
 import transformers
 from transformers import AutoConfig
 
-from . import modeling_bert_norm, modeling_deit_norm, modeling_vit_norm
+from . import modeling_bert_norm, modeling_deit_norm, modeling_dinov2_norm, modeling_vit_norm
 from .configuration_bert_norm import BertNormConfig
 from .configuration_deit_norm import DeiTNormConfig
+from .configuration_dinov2_norm import Dinov2NormConfig
 from .configuration_vit_norm import ViTNormConfig
 
 FAMILIES = (
     (ViTNormConfig, modeling_vit_norm),
     (DeiTNormConfig, modeling_deit_norm),
     (BertNormConfig, modeling_bert_norm),
+    (Dinov2NormConfig, modeling_dinov2_norm),
 )
 
 

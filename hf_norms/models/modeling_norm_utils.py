@@ -17,8 +17,19 @@ from transformers.conversion_mapping import (
     get_checkpoint_conversion_mapping,
     register_checkpoint_conversion_mapping,
 )
+from transformers.utils import logging
 
-from .norms import init_norm_parameters
+from .norms import function_preserving_options, init_norm_parameters
+
+logger = logging.get_logger(__name__)
+
+# `from_pretrained` keywords that say where and how to read the checkpoint's config
+HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+DYT_LOADING_WARNING = (
+    "A LayerNorm checkpoint loaded into norm_type={norm_type!r} does not compute what it computed (no option can make "
+    "it), and fine-tuning may not learn from this start: calibrate it first with "
+    "hf_norms.convert_model(model, {norm_type!r}, calibration_data=...) or `hf-norms convert`."
+)
 
 
 def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
@@ -42,6 +53,28 @@ class NormPreTrainedMixin:
     """
 
     family_auto_map: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """`PreTrainedModel.from_pretrained`; a LayerNorm checkpoint loaded into another `norm_type` (given as a keyword,
+        without a `config`) keeps its function wherever the mathematics allows.
+
+        For DTN, SepNorm and LaPE, the options of `norms.function_preserving_options` are used unless given (DTN gates
+        at 1; SepNorm's prefix norm a LayerNorm copied from the checkpoint's; LaPE keeping the input position
+        embedding with every `pe_norm` at zero). A SepNorm prefix norm asked to be a BatchNorm starts from the
+        LayerNorm's gamma and beta with fresh running statistics: it normalises over the batch, so it never reproduces
+        LayerNorm. DyT cannot preserve the function; a warning names `hf_norms.convert_model`, which calibrates it.
+        """
+        norm_type = kwargs.get("norm_type")
+        if norm_type is not None and kwargs.get("config") is None and pretrained_model_name_or_path is not None:
+            hub_options = {key: kwargs[key] for key in HUB_OPTIONS if key in kwargs}
+            stored, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_options)
+            if stored.get("norm_type", "layernorm") == "layernorm" and norm_type != "layernorm":
+                preserving = function_preserving_options(norm_type, explicit=kwargs)
+                if preserving is None:
+                    logger.warning(DYT_LOADING_WARNING.format(norm_type=norm_type))
+                kwargs.update(preserving or {})
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def post_init(self) -> None:
         """Validate the config before anything else: options given to `from_pretrained(path, option=value)` are set

@@ -43,19 +43,24 @@ PREFIX_TOKEN_NAMES = ("cls_token", "distillation_token")
 
 
 class VisionNormEmbeddings(nn.Module):
-    """Prefix tokens, patch embeddings and position embeddings of ViT (1 prefix token) and DeiT (2).
+    """Prefix tokens, patch embeddings and position embeddings of ViT (1 prefix token), DeiT (2) and DINOv2 (1).
 
     `forward` returns the embeddings `[batch, num_prefix + num_patches, hidden]` and the position embeddings
-    `[1, num_prefix + num_patches, hidden]` (interpolated to the image's grid if asked). The position embeddings are
-    added to the embeddings, as in the stock models, unless LaPE moves them into the layers (`lape` without
-    `lape_keep_input_pe`).
+    `[1, num_prefix + num_patches, hidden]` (interpolated to the image's grid if asked, or always with
+    `always_interpolate`, as DINOv2). The position embeddings are added to the embeddings, as in the stock models,
+    unless LaPE moves them into the layers (`lape` without `lape_keep_input_pe`). The mask token has the stock shape
+    of each family: `[1, 1, hidden]` (ViT, DeiT) or `[1, hidden]` (DINOv2).
     """
+
+    always_interpolate: ClassVar[bool] = False
+    mask_token_shape: ClassVar[tuple[int, ...]] = (1, 1)
 
     def __init__(self, config, use_mask_token: bool = False):
         super().__init__()
         self.num_prefix_tokens = config.num_prefix_tokens
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
-        self.mask_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size)) if use_mask_token else None
+        mask_shape = (*self.mask_token_shape, config.hidden_size)
+        self.mask_token = nn.Parameter(torch.zeros(mask_shape)) if use_mask_token else None
         self.patch_embeddings = ViTPatchEmbeddings(config)
         num_positions = self.patch_embeddings.num_patches + self.num_prefix_tokens
         self.position_embeddings = nn.Parameter(torch.zeros(1, num_positions, config.hidden_size))
@@ -84,12 +89,12 @@ class VisionNormEmbeddings(nn.Module):
         new_width = width // self.patch_size
         sqrt_num_positions = torch_int(num_positions**0.5)
         patch_pos_embed = patch_pos_embed.reshape(1, sqrt_num_positions, sqrt_num_positions, dim).permute(0, 3, 1, 2)
-        patch_pos_embed = nn.functional.interpolate(
-            patch_pos_embed,
+        patch_pos_embed = nn.functional.interpolate(  # in float32: bicubic resampling in half precision shifts them
+            patch_pos_embed.float(),
             size=(new_height, new_width),
             mode="bicubic",
             align_corners=False,
-        )
+        ).to(patch_pos_embed.dtype)
         patch_pos_embed = patch_pos_embed.permute(0, 2, 3, 1).view(1, -1, dim)
         return torch.cat((prefix_pos_embed, patch_pos_embed), dim=1)
 
@@ -110,7 +115,7 @@ class VisionNormEmbeddings(nn.Module):
         prefix = [token.expand(batch_size, -1, -1) for token in self.prefix_tokens()]
         embeddings = torch.cat((*prefix, embeddings), dim=1)
 
-        if interpolate_pos_encoding:
+        if interpolate_pos_encoding or self.always_interpolate:
             position_embeddings = self.interpolate_pos_encoding(embeddings, height, width)
         else:
             if height != self.image_size[0] or width != self.image_size[1]:
@@ -212,6 +217,15 @@ class VisionNormModel(VisionNormPreTrainedModel):
     def get_input_embeddings(self) -> ViTPatchEmbeddings:
         return self.embeddings.patch_embeddings
 
+    @property
+    def encoder_layers(self) -> nn.ModuleList:
+        """The transformer layers, where the family's stock model keeps them (`layers`; DINOv2: `encoder.layer`)."""
+        return self.layers
+
+    def pool(self, sequence_output: torch.Tensor) -> torch.Tensor | None:
+        """The pooler output: the pooler of ViT/DeiT on the final [CLS] state, or None without one."""
+        return self.pooler(sequence_output) if self.pooler is not None else None
+
     def token_layout(self, pixel_values: torch.Tensor) -> TokenLayout:
         """Prefix tokens, then the patch grid of this image size (row-major)."""
         patch_size = self.config.patch_size
@@ -252,24 +266,24 @@ class VisionNormModel(VisionNormPreTrainedModel):
             attention_mask=attention_mask,
         )
         layout = self.token_layout(pixel_values)
-        pe_norms = [layer.pe_norm for layer in self.layers if layer.pe_norm is not None]
+        layers = self.encoder_layers
+        pe_norms = [layer.pe_norm for layer in layers if layer.pe_norm is not None]
         if pe_norms:
             source = self.embeddings.position_embeddings
             source_key = (source.data_ptr(), source._version, *pixel_values.shape[-2:], bool(interpolate_pos_encoding))
             cascade = self.config.lape_mode == "cascade"
             per_layer = self.lape_positions(pe_norms, position_embeddings, cascade, source_key, self.training)
         else:
-            per_layer = [None] * len(self.layers)
+            per_layer = [None] * len(layers)
 
         hidden_states = embedding_output
-        for layer, layer_position_embeddings in zip(self.layers, per_layer, strict=True):
+        for layer, layer_position_embeddings in zip(layers, per_layer, strict=True):
             hidden_states = layer(
                 hidden_states, attention_mask, layer_position_embeddings, token_layout=layout, **kwargs
             )
 
         sequence_output = self.layernorm(hidden_states, layout)
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
-        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=self.pool(sequence_output))
 
 
 __all__ = [

@@ -62,8 +62,8 @@ class NormOptions:
     def validate_norm_options(self) -> None:
         """Every size positive, the attention heads dividing the hidden size, eps positive and each norm option in
         its range; runs before any tensor is allocated."""
-        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-            if not getattr(self, name) > 0:
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "mlp_ratio"):
+            if getattr(self, name, 1) is not None and not getattr(self, name, 1) > 0:  # DINOv2 has mlp_ratio instead
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(

@@ -14,8 +14,9 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -38,6 +39,7 @@ __all__ = [
     "TokenLayout",
     "build_norm",
     "build_position_norm",
+    "function_preserving_options",
     "init_norm_parameters",
 ]
 
@@ -48,11 +50,14 @@ class NormSpec:
 
     `build(config, hidden_size, num_prefix_tokens, one_dimensional)` returns the module. `per_token` says whether each
     token's output depends only on that token (then the norm can sit where no `TokenLayout` is known, e.g. a task head).
-    `position_norms` says whether each layer gets a LaPE `pe_norm`.
+    `position_norms` says whether each layer gets a LaPE `pe_norm`. `preserving_options` are the option values under
+    which a LayerNorm checkpoint loaded into this norm_type computes exactly the same function, or None when no
+    option values can (DyT has no statistics).
     """
 
     build: Callable[..., nn.Module]
     per_token: bool
+    preserving_options: dict[str, Any] | None
     position_norms: bool = False
     arxiv_id: str | None = None
 
@@ -63,6 +68,7 @@ NORM_TYPES: dict[str, NormSpec] = {
             hidden_size, eps=config.layer_norm_eps
         ),
         per_token=True,
+        preserving_options={},
     ),
     "dyt": NormSpec(
         build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicTanh(
@@ -71,6 +77,7 @@ NORM_TYPES: dict[str, NormSpec] = {
             per_channel=config.dyt_per_channel_alpha,
         ),
         per_token=True,
+        preserving_options=None,
         arxiv_id="2503.10622",
     ),
     "dtn": NormSpec(
@@ -82,6 +89,7 @@ NORM_TYPES: dict[str, NormSpec] = {
             one_dimensional=one_dimensional,
         ),
         per_token=False,
+        preserving_options={"dtn_gate_init": 1.0},  # gates at 1: LayerNorm's statistics for every token
         arxiv_id="2112.02624",
     ),
     "sepnorm": NormSpec(
@@ -92,6 +100,7 @@ NORM_TYPES: dict[str, NormSpec] = {
             prefix_norm=config.sepnorm_prefix_norm,
         ),
         per_token=True,
+        preserving_options={"sepnorm_prefix_norm": "layernorm"},  # both parts start as copies of the LayerNorm
         arxiv_id="2309.12931",
     ),
     "lape": NormSpec(
@@ -99,10 +108,20 @@ NORM_TYPES: dict[str, NormSpec] = {
             hidden_size, eps=config.layer_norm_eps
         ),
         per_token=True,
+        preserving_options={"lape_keep_input_pe": True},  # the input PE stays, every pe_norm starts at zero
         position_norms=True,
         arxiv_id="2212.05262",
     ),
 }
+
+
+def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The options that make a LayerNorm checkpoint loaded into `norm_type` compute the same function, leaving out
+    those the user set (`explicit`); None when `norm_type` cannot preserve it (DyT)."""
+    preserving = NORM_TYPES[norm_type].preserving_options
+    if preserving is None:
+        return None
+    return {name: value for name, value in preserving.items() if name not in set(explicit)}
 
 
 def build_norm(

@@ -45,7 +45,6 @@ from typing import Any, NoReturn
 
 import datasets
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoImageProcessor,
     AutoTokenizer,
@@ -53,7 +52,6 @@ from transformers import (
     DataCollatorWithPadding,
     HfArgumentParser,
     PreTrainedConfig,
-    PreTrainedModel,
     TrainingArguments,
     ViTImageProcessorPil,
     default_data_collator,
@@ -62,14 +60,8 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.training_args import ParallelMode
 
-from ..conversion.checkpoint_io import ConversionError, check_source_config, check_weights, looks_like_a_path
+from ..conversion.sources import copy_sentence_transformers_files
 from ..errors import handled_errors
-from ..models.configuration_bert_norm import BertNormConfig
-from ..models.configuration_deit_norm import DeiTNormConfig
-from ..models.configuration_vit_norm import ViTNormConfig
-from ..models.modeling_bert_norm import BertNormForMaskedLM, BertNormForSequenceClassification
-from ..models.modeling_deit_norm import DeiTNormForImageClassification
-from ..models.modeling_vit_norm import ViTNormForImageClassification
 from .arguments import DataArguments, ModelArguments
 from .data import (
     FinetuneInputError,
@@ -85,22 +77,27 @@ from .data import (
     validate_text_column,
 )
 from .metrics import argmax_logits, classification_metrics, masked_lm_metrics
+from .model_setup import (
+    TASK_MODELS,
+    Calibration,
+    build_config,
+    build_model,
+    checkpoint_model_type,
+    converted_from_layernorm,
+    model_family,
+)
 from .sync_batchnorm import convert_sync_batchnorm
 from .trainer import NormStateCallback, NormTrainer
 
 logger = logging.getLogger(__name__)
 
-FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
-    "vit": ViTNormConfig,
-    "deit": DeiTNormConfig,
-    "bert": BertNormConfig,
+DEFAULT_TASKS = {
+    "vit": "image-classification",
+    "deit": "image-classification",
+    "dinov2": "image-classification",
+    "bert": "text-classification",
 }
-TASK_MODELS: dict[str, dict[str, type[PreTrainedModel]]] = {
-    "image-classification": {"vit": ViTNormForImageClassification, "deit": DeiTNormForImageClassification},
-    "text-classification": {"bert": BertNormForSequenceClassification},
-    "masked-lm": {"bert": BertNormForMaskedLM},
-}
-DEFAULT_TASKS = {"vit": "image-classification", "deit": "image-classification", "bert": "text-classification"}
+IMAGE_FAMILIES = ("vit", "deit", "dinov2")
 DEFAULT_PIXEL_MEAN_STD = 0.5  # from-scratch image processor: x -> (x / 255 - 0.5) / 0.5 per channel
 
 
@@ -112,88 +109,6 @@ class FinetuneResult:
     trainer: NormTrainer
     train_metrics: dict[str, float]
     eval_metrics: dict[str, float] | None
-
-
-def model_family(model_type: str) -> str:
-    """`vit`, `deit` or `bert` for a model type with or without the `_norm` suffix."""
-    family = model_type.removesuffix("_norm")
-    if family not in FAMILY_CONFIGS:
-        raise FinetuneInputError(
-            f"Model type {model_type!r} is not supported: hf-norms fine-tunes {sorted(FAMILY_CONFIGS)} "
-            "(stock or *_norm checkpoints)."
-        )
-    return family
-
-
-def apply_config_overrides(config: PreTrainedConfig, overrides: str | None) -> None:
-    """Set the `key=value,key=value` fields of `config`, each parsed like its current value (bool, int, float, string;
-    int, float or string where it is None), then run the config's own validation. Raises `FinetuneInputError`."""
-    try:
-        for item in overrides.split(",") if overrides else ():
-            key, separator, text = item.partition("=")
-            key, text = key.strip(), text.strip()
-            if not separator or not hasattr(config, key):
-                raise FinetuneInputError(
-                    f"config_overrides: {item!r} is not key=value for a field of {type(config).__name__}."
-                )
-            try:
-                value = _parse_like(text, getattr(config, key))
-            except ValueError as error:
-                raise FinetuneInputError(f"config_overrides: {key}={text!r}: {error}") from None
-            setattr(config, key, value)
-        config.validate()
-    except (ValueError, StrictDataclassError) as error:
-        if isinstance(error, FinetuneInputError):
-            raise
-        raise FinetuneInputError(f"Invalid model config: {error}") from error
-
-
-def _parse_like(text: str, current: Any) -> Any:
-    """`text` as a value of the type of `current` (a `ValueError` when it is not one)."""
-    if isinstance(current, bool):
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"expected true or false, got {text!r}")
-        return text.lower() == "true"
-    if isinstance(current, (int, float)):
-        return type(current)(text)
-    if current is None:
-        for parse in (int, float):
-            try:
-                return parse(text)
-            except ValueError:
-                pass
-    return text
-
-
-def build_config(model_args: ModelArguments, family: str, label_names: list[str] | None) -> PreTrainedConfig:
-    """The model config: the checkpoint's (or the family's defaults), with the norm type, labels and overrides."""
-    config_class = FAMILY_CONFIGS[family]
-    options: dict[str, Any] = {}
-    if model_args.norm_type is not None:
-        options["norm_type"] = model_args.norm_type
-    if label_names is not None:
-        options.update(
-            num_labels=len(label_names),
-            id2label=dict(enumerate(label_names)),
-            label2id={name: index for index, name in enumerate(label_names)},
-        )
-    try:
-        if model_args.model_name_or_path is not None:
-            config = config_class.from_pretrained(model_args.model_name_or_path, **options)
-        else:
-            config = config_class(**options)
-    except ValueError as error:
-        raise FinetuneInputError(f"Invalid model config: {error}") from error
-    apply_config_overrides(config, model_args.config_overrides)
-    return config
-
-
-def build_model(model_args: ModelArguments, task: str, family: str, config: PreTrainedConfig) -> PreTrainedModel:
-    """The task's hf-norms model class, loaded (a new head where the checkpoint's differs) or freshly initialised."""
-    model_class = TASK_MODELS[task][family]
-    if model_args.model_name_or_path is None:
-        return model_class(config)
-    return model_class.from_pretrained(model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True)
 
 
 def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) -> Any:
@@ -220,22 +135,6 @@ def build_tokenizer(model_args: ModelArguments) -> Any:
     if source is None:
         raise FinetuneInputError("A BERT trained from scratch needs a tokenizer: pass --tokenizer_name.")
     return AutoTokenizer.from_pretrained(source)
-
-
-def checkpoint_model_type(name_or_path: str) -> str:
-    """The model type of a checkpoint folder or Hub id; a local folder's config is first checked against its weights'
-    headers (`check_source_config`), so a broken or oversized config is refused before anything is allocated."""
-    path = Path(name_or_path).expanduser()
-    try:
-        if path.is_dir():
-            return check_source_config(path, check_weights(path, allow_pickle=True)[1]).get("model_type", "")
-        if looks_like_a_path(name_or_path):
-            raise FinetuneInputError(
-                f"There is no checkpoint folder {str(path.resolve())!r}; check --model_name_or_path."
-            )
-    except ConversionError as error:
-        raise FinetuneInputError(str(error)) from None
-    return PreTrainedConfig.get_config_dict(name_or_path)[0].get("model_type", "")
 
 
 def prepare_training_arguments(training_args: TrainingArguments) -> None:
@@ -378,7 +277,11 @@ def finetune(
                 config.num_prefix_tokens,
             )
 
-    model = build_model(model_args, task, family, config)
+    calibration = None
+    if converted_from_layernorm(model_args):
+        column = data_args.image_column if family in IMAGE_FAMILIES else data_args.text_column
+        calibration = Calibration.from_training_data(parts["train"], column, processing_class, data_args.max_seq_length)
+    model = build_model(model_args, task, family, config, calibration)
     if training_args.parallel_mode == ParallelMode.DISTRIBUTED:
         model = convert_sync_batchnorm(model, training_args.device.type)
     masked_lm = task == "masked-lm"
@@ -396,6 +299,9 @@ def finetune(
 
     train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
     trainer.save_model()
+    source = Path(model_args.model_name_or_path or "")
+    if model_args.model_name_or_path is not None and source.is_dir() and trainer.is_world_process_zero():
+        copy_sentence_transformers_files(source, Path(training_args.output_dir))  # stays an embedding model
     trainer.log_metrics("train", train_metrics)
     trainer.save_metrics("train", train_metrics)
     trainer.save_state()
@@ -408,12 +314,19 @@ def finetune(
 
 
 def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> None:
-    """The image processor's output `[1, C, H, W]` fits the model: `C = num_channels`, `H = W = image_size`."""
-    expected = (config.num_channels, config.image_size, config.image_size)
-    if tuple(pixel_values.shape[1:]) != expected:
+    """The image processor's output `[1, C, H, W]` fits the model: `C = num_channels`, and `H = W = image_size`, or
+    for DINOv2 (which interpolates its position grid to any size) `H` and `W` multiples of the patch size."""
+    channels, height, width = pixel_values.shape[1:]
+    if config.model_type.startswith("dinov2"):
+        fits = channels == config.num_channels and height % config.patch_size == 0 and width % config.patch_size == 0
+        expected = f"({config.num_channels}, multiple of {config.patch_size}, multiple of {config.patch_size})"
+    else:
+        fits = (channels, height, width) == (config.num_channels, config.image_size, config.image_size)
+        expected = f"({config.num_channels}, {config.image_size}, {config.image_size})"
+    if not fits:
         raise FinetuneInputError(
             f"The image processor makes {tuple(pixel_values.shape[1:])} pixel arrays, but the model takes {expected} "
-            "(num_channels, image_size, image_size): give an image processor of that size (--image_processor_name) "
+            "(num_channels, height, width): give an image processor of that size (--image_processor_name) "
             "or set image_size/num_channels in --config_overrides."
         )
 

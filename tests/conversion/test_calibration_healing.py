@@ -17,6 +17,7 @@ from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.data import load_examples
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
+from hf_norms.conversion.sources import sentence_transformers_files
 
 
 def test_fit_dyt_recovers_a_dyt_function():
@@ -124,6 +125,7 @@ def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, 
     assert saved["stages"]["calibrated"] == before["stages"]["calibrated"]
     assert "| healed |" in (out / REPORT_MD).read_text()
     assert json.loads((minilm_dyt / REPORT_JSON).read_text()) == before  # --output leaves the converted folder
+    assert sentence_transformers_files(out) == sentence_transformers_files(minilm_dyt) != []  # still one
 
 
 @pytest.fixture()

@@ -23,11 +23,11 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertModel,
+    Dinov2Model,
     GPT2Config,
     GPT2Model,
     ViTConfig,
     ViTForImageClassification,
-    ViTModel,
 )
 
 import hf_norms
@@ -121,10 +121,13 @@ def test_exact_conversion_of_real_dinov2(dinov2_dir, photo_pixels, norm_type, tm
         assert to_float64["folded"] <= 1.5 * to_float64["unfolded"]
         assert len(report["folding"]["folded"]) == 24  # q/k/v and fc1 norms; the final norm is the output
 
-    converted = AutoModel.from_pretrained(tmp_path / "out", add_pooling_layer=False).eval()
+    converted = AutoModel.from_pretrained(tmp_path / "out").eval()
+    assert (
+        type(converted).__name__ == "Dinov2NormModel" and converted.embeddings.position_embeddings.shape[1] == 1 + 37**2
+    )
     with torch.no_grad():
         ours = converted(pixel_values=photo_pixels).last_hidden_state
-        stock = ViTModel.from_pretrained(dinov2_dir, add_pooling_layer=False).eval()(pixel_values=photo_pixels)
+        stock = Dinov2Model.from_pretrained(dinov2_dir).eval()(pixel_values=photo_pixels)
     bound = 4e-6 * report["folding"]["max_abs_output"] if fold else 1e-5
     assert (ours - stock.last_hidden_state).abs().max().item() <= bound
 

@@ -92,11 +92,10 @@ def test_save_then_auto_from_pretrained_is_identical(head_case, norm_type, tmp_p
 
 
 def test_auto_classes_resolve_every_head():
-    for family_map in (
-        hf_norms.models.modeling_vit_norm.FAMILY_AUTO_MAP,
-        hf_norms.models.modeling_deit_norm.FAMILY_AUTO_MAP,
-        hf_norms.models.modeling_bert_norm.FAMILY_AUTO_MAP,
-    ):
+    from hf_norms.models.auto_registration import FAMILIES
+
+    for _, module in FAMILIES:
+        family_map = module.FAMILY_AUTO_MAP
         config_class = getattr(hf_norms, family_map["AutoConfig"].split(".")[1])
         assert transformers.AutoConfig.for_model(config_class.model_type).__class__ is config_class
         for auto_name, reference in family_map.items():
@@ -107,15 +106,15 @@ def test_auto_classes_resolve_every_head():
             assert first.__name__ == reference.split(".")[1]
 
 
-@pytest.mark.parametrize("family", ["vit", "deit", "bert"])
+@pytest.mark.parametrize("family", ["vit", "deit", "dinov2"])
 def test_interpolated_position_encoding_and_other_grids(family, norm_type):
     from conftest import tiny_config
 
-    if family == "bert":
-        pytest.skip("text has no image grid")
     config = tiny_config(family, norm_type)
-    model = getattr(hf_norms, f"{'ViT' if family == 'vit' else 'DeiT'}NormModel")(config).eval()
+    model = getattr(hf_norms, {"vit": "ViTNormModel", "deit": "DeiTNormModel", "dinov2": "Dinov2NormModel"}[family])
+    model = model(config).eval()
     pixels = torch.randn(1, 3, 48, 40)
-    out = model(pixel_values=pixels, interpolate_pos_encoding=True)
+    options = {} if family == "dinov2" else {"interpolate_pos_encoding": True}  # DINOv2 always interpolates
+    out = model(pixel_values=pixels, **options)
     assert out.last_hidden_state.shape[1] == config.num_prefix_tokens + (48 // 8) * (40 // 8)
     assert torch.isfinite(out.last_hidden_state).all()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertModel, ViTModel
+from transformers import AutoTokenizer, BertModel, Dinov2Model, ViTModel
 
 import hf_norms
 
@@ -38,8 +38,13 @@ def text_batch(minilm_dir, news_sentences):
 
 
 @pytest.fixture(scope="module")
+def dinov2_as_vit(dinov2_vit_dir):
+    return ViTModel.from_pretrained(dinov2_vit_dir, add_pooling_layer=False).eval()
+
+
+@pytest.fixture(scope="module")
 def dinov2(dinov2_dir):
-    return ViTModel.from_pretrained(dinov2_dir, add_pooling_layer=False).eval()
+    return Dinov2Model.from_pretrained(dinov2_dir).eval()
 
 
 @pytest.mark.parametrize("norm_type", sorted(hf_norms.NORM_TYPES))
@@ -57,18 +62,20 @@ def test_minilm_loads_into_every_norm_type(minilm, minilm_dir, text_batch, norm_
 
 
 @pytest.mark.parametrize("norm_type", sorted(hf_norms.NORM_TYPES))
-def test_dinov2_loads_into_every_norm_type(dinov2, dinov2_dir, photo_pixels, norm_type):
-    model = load_variant(
-        hf_norms.ViTNormModel,
-        dinov2,
-        dinov2_dir,
-        norm_type,
-        add_pooling_layer=False,
-        **EXACT_OPTIONS.get(norm_type, {}),
-    )
+@pytest.mark.parametrize("family", ["dinov2", "vit"])
+def test_dinov2_loads_into_every_norm_type(family, request, photo_pixels, norm_type):
+    """The real DINOv2-S weights as the `Dinov2Model` users have (LayerScale, 37x37 grid interpolated to 224 px), and as
+    a plain ViT."""
+    folder, stock_model, model_class, options = {
+        "dinov2": ("dinov2_dir", "dinov2", hf_norms.Dinov2NormModel, {}),
+        "vit": ("dinov2_vit_dir", "dinov2_as_vit", hf_norms.ViTNormModel, {"add_pooling_layer": False}),
+    }[family]
+    stock_model = request.getfixturevalue(stock_model)
+    folder = request.getfixturevalue(folder)
+    model = load_variant(model_class, stock_model, folder, norm_type, **options, **EXACT_OPTIONS.get(norm_type, {}))
     with torch.no_grad():
         ours = model(pixel_values=photo_pixels).last_hidden_state
-        stock = dinov2(pixel_values=photo_pixels).last_hidden_state
+        stock = stock_model(pixel_values=photo_pixels).last_hidden_state
     diff = (ours - stock).abs().max().item()
     if norm_type in EXACT_OPTIONS:
         assert diff <= 1e-5, f"{norm_type}: max abs diff {diff}"
@@ -78,7 +85,7 @@ def test_dinov2_loads_into_every_norm_type(dinov2, dinov2_dir, photo_pixels, nor
 
 def test_dtn_bert_outputs_do_not_change_when_padded(minilm_dir, news_sentences):
     """Padding in a batch must not enter DTN's inter-token statistics (gates at the paper's 0.5, so they matter)."""
-    model = hf_norms.BertNormModel.from_pretrained(minilm_dir, norm_type="dtn").eval()
+    model = hf_norms.BertNormModel.from_pretrained(minilm_dir, norm_type="dtn", dtn_gate_init=0.5).eval()
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
     short, long = "Shares rose sharply.", news_sentences[0]
     alone = tokenizer([short], return_tensors="pt")

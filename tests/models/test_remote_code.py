@@ -22,6 +22,7 @@ REMOTE_CASES = [
         "DeiTNormForImageClassificationWithTeacher",
         "BertNormForMaskedLM",
         "BertNormModel",
+        "Dinov2NormForImageClassification",
     }
 ]
 

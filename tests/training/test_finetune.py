@@ -17,6 +17,7 @@ import torch
 from conftest import tiny_config
 from PIL import Image
 from safetensors.torch import load_file
+from sentence_transformers import SentenceTransformer
 from transformers import (
     AutoModelForImageClassification,
     AutoModelForSequenceClassification,
@@ -533,6 +534,8 @@ def test_cli_fine_tunes_the_real_minilm_converted_to_dtn(news_csv, minilm_dir, t
     stock = load_file(minilm_dir / "model.safetensors")
     moved = (model.bert.embeddings.word_embeddings.weight - stock["embeddings.word_embeddings.weight"]).abs().max()
     assert moved < 0.05
+    embedder = SentenceTransformer(str(output), device="cpu")  # MiniLM is a sentence-transformers model: still one
+    assert embedder.max_seq_length == 256 and type(embedder[-1]).__name__ == "Normalize"
 
 
 def test_cli_reports_bad_input_in_one_line(news_csv, minilm_dir, tmp_path, capsys):
@@ -554,3 +557,21 @@ def test_cli_reports_bad_input_in_one_line(news_csv, minilm_dir, tmp_path, capsy
     assert "Traceback" not in error
     assert finetune_module.main(["--dataset", csv_path, "--output_dir", str(tmp_path / "out")]) == 2
     assert "Give exactly one of model_name_or_path" in capsys.readouterr().err
+
+
+def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuning(news_csv, minilm_dir, tmp_path):
+    """From a LayerNorm checkpoint, DTN starts with gates at 1 (LayerNorm itself) unless told otherwise, and DyT, which
+    no option can make LayerNorm, is calibrated on training examples first."""
+    csv_path = news_csv("news_start", {"text": lambda i, t, label: t, "label": lambda i, t, label: label})
+    training = TrainingArguments(output_dir=str(tmp_path / "dtn"), max_steps=1, per_device_train_batch_size=4,
+                                 use_cpu=True, report_to="none", disable_tqdm=True)  # fmt: skip
+    dtn = finetune(ModelArguments(model_name_or_path=str(minilm_dir), norm_type="dtn"), text_data(csv_path), training)
+    assert dtn.trainer.model.config.dtn_gate_init == 1.0
+    explicit = ModelArguments(model_name_or_path=str(minilm_dir), norm_type="dtn", config_overrides="dtn_gate_init=0.5")
+    training.output_dir = str(tmp_path / "dtn-half")
+    assert finetune(explicit, text_data(csv_path), training).trainer.model.config.dtn_gate_init == 0.5
+    training.output_dir = str(tmp_path / "dyt")
+    dyt = finetune(ModelArguments(model_name_or_path=str(minilm_dir), norm_type="dyt"), text_data(csv_path), training)
+    stages = dyt.trainer.model.conversion_report["stages"]
+    assert type(dyt.trainer.model).__name__ == "BertNormForSequenceClassification"
+    assert stages["calibrated"]["end_to_end"]["mean_cosine"] > stages["naive"]["end_to_end"]["mean_cosine"] + 0.3

@@ -1,0 +1,179 @@
+"""What a conversion starts from: a LayerNorm model of a supported family, in a checkpoint folder or in memory.
+
+`inspect_source` (a checkpoint folder) and `describe_model` (a model object) say which family and head it is and which
+hf-norms class converts it; `load_teacher` and `load_processor` load a folder's model and tokenizer or image
+processor. Sentence-transformers checkpoints keep their pipeline files (`modules.json`, pooling, normalisation) through
+`copy_sentence_transformers_files`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import transformers
+from torch import nn
+
+from ..models.auto_registration import MODEL_CLASSES
+from .checkpoint_io import ConversionError, SourceCheckpoint, read_json_object
+
+# source config model_type -> (family, class-name prefix of the stock classes)
+SOURCE_TYPES = {
+    "vit": ("vit", "ViT"),
+    "deit": ("deit", "DeiT"),
+    "bert": ("bert", "Bert"),
+    "vit_norm": ("vit", "ViT"),
+    "deit_norm": ("deit", "DeiT"),
+    "bert_norm": ("bert", "Bert"),
+    "dinov2": ("dinov2", "Dinov2"),
+    "dinov2_norm": ("dinov2", "Dinov2"),
+}
+POOLER_FAMILIES = ("vit", "deit", "bert")  # their bare models take `add_pooling_layer`
+PROCESSOR_FILES = {
+    "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt"),
+    "image": ("preprocessor_config.json", "processor_config.json"),
+}
+# The files a sentence-transformers model keeps beside its transformer (its modules' folders are named in modules.json)
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceModel:
+    """What a source holds: its family (`vit`, `deit`, `dinov2`, `bert`), the class name of its head, the matching hf-norms
+    class name, and whether a bare model has a pooler."""
+
+    family: str
+    architecture: str
+    norm_architecture: str
+    has_pooler: bool
+
+    @property
+    def modality(self) -> str:
+        return "text" if self.family == "bert" else "image"
+
+    @property
+    def pooler_option(self) -> dict[str, bool]:
+        """`add_pooling_layer=False` for a bare ViT, DeiT or BERT saved without a pooler, else nothing (DINOv2 has none
+        and takes no such option)."""
+        without = self.architecture.endswith("Model") and not self.has_pooler and self.family in POOLER_FAMILIES
+        return {"add_pooling_layer": False} if without else {}
+
+
+def source_model(source: str, model_type: str | None, norm_type: str, architecture: str | None, has_pooler: bool):
+    """The `SourceModel` of a model of `model_type` and head `architecture`; refuses what hf-norms cannot convert."""
+    if model_type not in SOURCE_TYPES:
+        raise ConversionError(
+            f"{source}: model_type {model_type!r} is not supported; hf-norms converts ViT, DeiT, DINOv2 and BERT models "
+            f"(model_type one of {sorted(SOURCE_TYPES)})."
+        )
+    if norm_type != "layernorm":
+        raise ConversionError(f"{source} already uses norm_type={norm_type!r}; convert from a LayerNorm model.")
+    family, prefix = SOURCE_TYPES[model_type]
+    architecture = architecture or f"{prefix}{'Norm' if model_type.endswith('_norm') else ''}Model"
+    stock_name = architecture.replace(f"{prefix}Norm", prefix, 1)
+    norm_name = stock_name.replace(prefix, f"{prefix}Norm", 1)
+    if not stock_name.startswith(prefix) or norm_name not in MODEL_CLASSES:
+        supported = sorted(n.replace("Norm", "", 1) for n in MODEL_CLASSES if n.startswith(prefix + "Norm"))
+        raise ConversionError(
+            f"{source}: architecture {architecture!r} is not supported; supported {family} heads: {supported}."
+        )
+    return SourceModel(family=family, architecture=architecture, norm_architecture=norm_name, has_pooler=has_pooler)
+
+
+def inspect_source(checkpoint: SourceCheckpoint) -> SourceModel:
+    """Family and classes of a source checkpoint folder."""
+    config = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
+    return source_model(
+        checkpoint.source,
+        config.get("model_type"),
+        config.get("norm_type", "layernorm"),
+        (config.get("architectures") or [None])[0],
+        has_pooler=any(".pooler." in f".{key}" for key in checkpoint.weight_keys),
+    )
+
+
+def describe_model(model: nn.Module) -> SourceModel:
+    """Family and classes of a model object (a stock transformers class, or an hf-norms one with LayerNorms)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ConversionError(f"{type(model).__name__} is not a transformers model (it has no config).")
+    base = getattr(model, "base_model", model)
+    return source_model(
+        type(model).__name__,
+        config.model_type,
+        getattr(config, "norm_type", "layernorm"),
+        type(model).__name__,
+        has_pooler=getattr(base, "pooler", None) is not None,
+    )
+
+
+@contextmanager
+def quiet_transformers():
+    """Silence transformers' load reports and progress bars while converting (the conversion checks loading itself)."""
+    previous, bars = transformers.logging.get_verbosity(), transformers.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(previous)
+        if bars:
+            transformers.logging.enable_progress_bar()
+
+
+def load_teacher(checkpoint: SourceCheckpoint, source: SourceModel) -> nn.Module:
+    """The source model as it is (stock transformers class, or an hf-norms class with norm_type layernorm), in eval."""
+    model_class = MODEL_CLASSES.get(source.architecture) or getattr(transformers, source.architecture)
+    torch.manual_seed(0)
+    with quiet_transformers():
+        model = model_class.from_pretrained(
+            checkpoint.path, dtype=torch.float32, use_safetensors=not checkpoint.uses_pickle, **source.pooler_option
+        )
+    return model.eval()
+
+
+def load_processor(path: Path, modality: str):
+    """The tokenizer (text) or image processor (images) saved with the checkpoint, or None when it has none.
+
+    Its files are looked for first: transformers would otherwise build an empty default tokenizer for a BERT folder.
+    """
+    files = PROCESSOR_FILES[modality]
+    if not any((path / name).is_file() for name in files):
+        return None
+    loader = transformers.AutoTokenizer if modality == "text" else transformers.AutoImageProcessor
+    try:
+        with quiet_transformers():
+            return loader.from_pretrained(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def sentence_transformers_files(folder: Path) -> list[str]:
+    """The sentence-transformers files of a checkpoint folder (relative paths; empty for a plain transformers one):
+    its configuration files and the folders of the modules `modules.json` names (pooling, dense layers, ...)."""
+    modules_file = folder / "modules.json"
+    if not modules_file.is_file():
+        return []
+    try:
+        modules = json.loads(modules_file.read_text())
+        folders = [module["path"] for module in modules if module.get("path")]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ConversionError(f"{modules_file} is not a sentence-transformers module list; re-download it.") from None
+    names = [name for name in SENTENCE_TRANSFORMERS_FILES if (folder / name).is_file()]
+    return names + [path for path in folders if Path(path).name == path and (folder / path).is_dir()]
+
+
+def copy_sentence_transformers_files(source: Path, target: Path) -> list[str]:
+    """Copy the sentence-transformers files of `source` into `target`, so the converted model stays a
+    sentence-transformers model (same pooling, normalisation, max_seq_length and prompts); returns what was copied."""
+    copied = sentence_transformers_files(source)
+    for name in copied:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, target / name, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(source / name, target / name)
+    return copied

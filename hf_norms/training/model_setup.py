@@ -1,0 +1,205 @@
+"""The model a fine-tune starts from: its family, its config (labels, overrides, the options that keep a LayerNorm
+checkpoint's function) and the model itself, loaded, built from scratch, or, for a LayerNorm checkpoint loaded into
+DyT, calibrated on training examples first (`hf_norms.convert_model`)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+from huggingface_hub.errors import StrictDataclassError
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from ..conversion.checkpoint_io import ConversionError, check_source_config, check_weights, looks_like_a_path
+from ..conversion.convert import convert_model
+from ..models.configuration_bert_norm import BertNormConfig
+from ..models.configuration_deit_norm import DeiTNormConfig
+from ..models.configuration_dinov2_norm import Dinov2NormConfig
+from ..models.configuration_vit_norm import ViTNormConfig
+from ..models.modeling_bert_norm import BertNormForMaskedLM, BertNormForSequenceClassification
+from ..models.modeling_deit_norm import DeiTNormForImageClassification
+from ..models.modeling_dinov2_norm import Dinov2NormForImageClassification
+from ..models.modeling_vit_norm import ViTNormForImageClassification
+from ..models.norms import function_preserving_options
+from .arguments import ModelArguments
+from .data import FinetuneInputError
+
+logger = logging.getLogger(__name__)
+
+CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16  # training examples a converted DyT model is calibrated on
+
+FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
+    "vit": ViTNormConfig,
+    "deit": DeiTNormConfig,
+    "bert": BertNormConfig,
+    "dinov2": Dinov2NormConfig,
+}
+TASK_MODELS: dict[str, dict[str, type[PreTrainedModel]]] = {
+    "image-classification": {
+        "vit": ViTNormForImageClassification,
+        "deit": DeiTNormForImageClassification,
+        "dinov2": Dinov2NormForImageClassification,
+    },
+    "text-classification": {"bert": BertNormForSequenceClassification},
+    "masked-lm": {"bert": BertNormForMaskedLM},
+}
+
+
+def model_family(model_type: str) -> str:
+    """`vit`, `deit` or `bert` for a model type with or without the `_norm` suffix."""
+    family = model_type.removesuffix("_norm")
+    if family not in FAMILY_CONFIGS:
+        raise FinetuneInputError(
+            f"Model type {model_type!r} is not supported: hf-norms fine-tunes {sorted(FAMILY_CONFIGS)} "
+            "(stock or *_norm checkpoints)."
+        )
+    return family
+
+
+def apply_config_overrides(config: PreTrainedConfig, overrides: str | None) -> None:
+    """Set the `key=value,key=value` fields of `config`, each parsed like its current value (bool, int, float, string;
+    int, float or string where it is None), then run the config's own validation. Raises `FinetuneInputError`."""
+    try:
+        for item in overrides.split(",") if overrides else ():
+            key, separator, text = item.partition("=")
+            key, text = key.strip(), text.strip()
+            if not separator or not hasattr(config, key):
+                raise FinetuneInputError(
+                    f"config_overrides: {item!r} is not key=value for a field of {type(config).__name__}."
+                )
+            try:
+                value = _parse_like(text, getattr(config, key))
+            except ValueError as error:
+                raise FinetuneInputError(f"config_overrides: {key}={text!r}: {error}") from None
+            setattr(config, key, value)
+        config.validate()
+    except (ValueError, StrictDataclassError) as error:
+        if isinstance(error, FinetuneInputError):
+            raise
+        raise FinetuneInputError(f"Invalid model config: {error}") from error
+
+
+def _parse_like(text: str, current: Any) -> Any:
+    """`text` as a value of the type of `current` (a `ValueError` when it is not one)."""
+    if isinstance(current, bool):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() == "true"
+    if isinstance(current, (int, float)):
+        return type(current)(text)
+    if current is None:
+        for parse in (int, float):
+            try:
+                return parse(text)
+            except ValueError:
+                pass
+    return text
+
+
+def build_config(model_args: ModelArguments, family: str, label_names: list[str] | None) -> PreTrainedConfig:
+    """The model config: the checkpoint's (or the family's defaults), with the norm type, labels and overrides."""
+    config_class = FAMILY_CONFIGS[family]
+    options: dict[str, Any] = {}
+    if model_args.norm_type is not None:
+        options["norm_type"] = model_args.norm_type
+    if label_names is not None:
+        options.update(
+            num_labels=len(label_names),
+            id2label=dict(enumerate(label_names)),
+            label2id={name: index for index, name in enumerate(label_names)},
+        )
+    if converted_from_layernorm(model_args):
+        explicit = override_keys(model_args.config_overrides)
+        options.update(function_preserving_options(model_args.norm_type, explicit) or {})
+    try:
+        if model_args.model_name_or_path is not None:
+            config = config_class.from_pretrained(model_args.model_name_or_path, **options)
+        else:
+            config = config_class(**options)
+    except ValueError as error:
+        raise FinetuneInputError(f"Invalid model config: {error}") from error
+    apply_config_overrides(config, model_args.config_overrides)
+    return config
+
+
+def converted_from_layernorm(model_args: ModelArguments) -> bool:
+    """Whether the model is a LayerNorm checkpoint loaded into another norm_type."""
+    if model_args.model_name_or_path is None or model_args.norm_type in (None, "layernorm"):
+        return False
+    stored, _ = PreTrainedConfig.get_config_dict(model_args.model_name_or_path)
+    return stored.get("norm_type", "layernorm") == "layernorm"
+
+
+def override_keys(overrides: str | None) -> set[str]:
+    """The config fields that `--config_overrides` sets."""
+    return {item.partition("=")[0].strip() for item in overrides.split(",")} if overrides else set()
+
+
+def build_model(
+    model_args: ModelArguments, task: str, family: str, config: PreTrainedConfig, calibration: Calibration | None
+) -> PreTrainedModel:
+    """The task's hf-norms model class, loaded (a new head where the checkpoint's differs) or freshly initialised.
+
+    A LayerNorm checkpoint loaded into DyT, which no option makes function-preserving, is first calibrated
+    (`hf_norms.convert_model`) on `calibration`, training examples: from the naive swap, fine-tuning does not learn.
+    """
+    model_class = TASK_MODELS[task][family]
+    if model_args.model_name_or_path is None:
+        return model_class(config)
+    if calibration is None or function_preserving_options(config.norm_type) is not None:
+        return model_class.from_pretrained(model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True)
+    teacher_config = copy.deepcopy(config)
+    teacher_config.norm_type = "layernorm"
+    teacher = model_class.from_pretrained(
+        model_args.model_name_or_path, config=teacher_config, ignore_mismatched_sizes=True
+    )
+    explicit = override_keys(model_args.config_overrides) & {"dyt_alpha_init", "dyt_per_channel_alpha"}
+    student = convert_model(
+        teacher, config.norm_type, calibration.examples, processor=calibration.processor,
+        calibration_samples=calibration.samples, max_length=calibration.max_length,
+        **{name: getattr(config, name) for name in explicit},
+    )  # fmt: skip
+    stages = student.conversion_report["stages"]
+    logger.warning(
+        "Calibrated %s on %d training examples before fine-tuning (the checkpoint has LayerNorms): mean cosine to "
+        "the LayerNorm model %.3f from the naive swap's %.3f.", config.norm_type, calibration.samples,
+        stages["calibrated"]["end_to_end"]["mean_cosine"], stages["naive"]["end_to_end"]["mean_cosine"],
+    )  # fmt: skip
+    return student
+
+
+@dataclass
+class Calibration:
+    """Training examples (texts or images) and the tokenizer or image processor that encodes them, for calibrating a
+    converted DyT model; the examples after the first `samples` are held out to measure the calibration."""
+
+    examples: list
+    processor: Any
+    samples: int
+    max_length: int
+
+    @classmethod
+    def from_training_data(cls, part: datasets.Dataset, column: str, processor: Any, max_length: int) -> Calibration:
+        count = min(len(part), CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT)
+        examples = list(part.select(range(count))[column])
+        return cls(examples, processor, max(1, min(CALIBRATION_EXAMPLES, count - CALIBRATION_HELD_OUT)), max_length)
+
+
+def checkpoint_model_type(name_or_path: str) -> str:
+    """The model type of a checkpoint folder or Hub id; a local folder's config is first checked against its weights'
+    headers (`check_source_config`), so a broken or oversized config is refused before anything is allocated."""
+    path = Path(name_or_path).expanduser()
+    try:
+        if path.is_dir():
+            return check_source_config(path, check_weights(path, allow_pickle=True)[1]).get("model_type", "")
+        if looks_like_a_path(name_or_path):
+            raise FinetuneInputError(
+                f"There is no checkpoint folder {str(path.resolve())!r}; check --model_name_or_path."
+            )
+    except ConversionError as error:
+        raise FinetuneInputError(str(error)) from None
+    return PreTrainedConfig.get_config_dict(name_or_path)[0].get("model_type", "")

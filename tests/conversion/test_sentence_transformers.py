@@ -1,0 +1,59 @@
+"""A converted sentence-transformers model stays one: all-MiniLM-L6-v2 converted, healed or fine-tuned keeps its
+pooling, normalisation and max_seq_length, and exact conversions embed long real articles as the original does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_without_hf_norms
+from sentence_transformers import SentenceTransformer
+
+from hf_norms import cli, packaged
+from hf_norms.conversion.sources import sentence_transformers_files
+from hf_norms.hub.model_card import model_card_for_folder
+
+
+@pytest.fixture(scope="module")
+def long_articles() -> list[str]:
+    """Six whole BBC News articles, most longer than the model's 256-token window."""
+    return [text for text, _ in packaged.bbc_news()[:6]]
+
+
+@pytest.fixture(scope="module")
+def original(minilm_dir, long_articles):
+    model = SentenceTransformer(str(minilm_dir), device="cpu")
+    return model, model.encode(long_articles, convert_to_tensor=True)
+
+
+@pytest.mark.parametrize("norm_type", ["dtn", "sepnorm", "lape"])
+def test_an_exact_conversion_embeds_as_the_original(norm_type, minilm_dir, original, long_articles, tmp_path):
+    output = tmp_path / f"minilm-{norm_type}"
+    assert cli.main(["convert", str(minilm_dir), "--norm-type", norm_type, "--output", str(output)]) == 0
+    assert sentence_transformers_files(output) == sentence_transformers_files(minilm_dir)
+    assert {"modules.json", "sentence_bert_config.json", "1_Pooling"} <= set(sentence_transformers_files(output))
+    stock, expected = original
+    converted = SentenceTransformer(str(output), device="cpu")
+    assert converted.max_seq_length == stock.max_seq_length == 256
+    assert [type(module).__name__ for module in converted] == [type(module).__name__ for module in stock]
+    embeddings = converted.encode(long_articles, convert_to_tensor=True)
+    assert (embeddings - expected).abs().max().item() <= 1e-5
+    assert (embeddings.norm(dim=-1) - 1).abs().max().item() <= 1e-5  # the Normalize module is still there
+
+
+def test_the_card_and_remote_code_of_a_converted_sentence_transformer(minilm_dir, original, long_articles, tmp_path):
+    output = tmp_path / "minilm-dtn"
+    assert cli.main(["convert", str(minilm_dir), "--norm-type", "dtn", "--output", str(output)]) == 0
+    card = model_card_for_folder(output, "org/minilm-dtn")
+    assert card.data.library_name == "sentence-transformers" and card.data.pipeline_tag == "sentence-similarity"
+    assert 'SentenceTransformer("org/minilm-dtn", trust_remote_code=True)' in card.text
+    code = f"""
+        import json
+        from sentence_transformers import SentenceTransformer
+        model = SentenceTransformer({str(output)!r}, device="cpu", trust_remote_code=True)
+        print(json.dumps(model.encode({long_articles[:2]!r}).tolist()))
+    """
+    remote = run_without_hf_norms(code, tmp_path)  # hf_norms cannot be imported there
+    _, expected = original
+    assert max(abs(a - b) for row, ref in zip(json.loads(remote), expected[:2].tolist(), strict=True)
+               for a, b in zip(row, ref, strict=True)) <= 1e-5  # fmt: skip
