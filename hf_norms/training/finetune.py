@@ -179,7 +179,7 @@ def build_config(model_args: ModelArguments, family: str, label_names: list[str]
         )
     try:
         if model_args.model_name_or_path is not None:
-            config = config_class.from_pretrained(model_args.model_name_or_path, **options)
+            config = config_class.from_pretrained(model_args.model_name_or_path, token=model_args.token, **options)
         else:
             config = config_class(**options)
     except ValueError as error:
@@ -193,14 +193,16 @@ def build_model(model_args: ModelArguments, task: str, family: str, config: PreT
     model_class = TASK_MODELS[task][family]
     if model_args.model_name_or_path is None:
         return model_class(config)
-    return model_class.from_pretrained(model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True)
+    return model_class.from_pretrained(
+        model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True, token=model_args.token
+    )
 
 
 def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) -> Any:
     """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]."""
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source is not None and (model_args.image_processor_name or _has_file(source, "preprocessor_config.json")):
-        return AutoImageProcessor.from_pretrained(source)
+        return AutoImageProcessor.from_pretrained(source, token=model_args.token)
     size = config.image_size
     return ViTImageProcessorPil(
         size={"height": size, "width": size},
@@ -219,12 +221,13 @@ def build_tokenizer(model_args: ModelArguments) -> Any:
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source is None:
         raise FinetuneInputError("A BERT trained from scratch needs a tokenizer: pass --tokenizer_name.")
-    return AutoTokenizer.from_pretrained(source)
+    return AutoTokenizer.from_pretrained(source, token=model_args.token)
 
 
-def checkpoint_model_type(name_or_path: str) -> str:
-    """The model type of a checkpoint folder or Hub id; a local folder's config is first checked against its weights'
-    headers (`check_source_config`), so a broken or oversized config is refused before anything is allocated."""
+def checkpoint_model_type(name_or_path: str, token: str | None = None) -> str:
+    """The model type of a checkpoint folder or Hub id (read with `token`); a local folder's config is first checked
+    against its weights' headers (`check_source_config`), so a broken or oversized config is refused before anything
+    is allocated."""
     path = Path(name_or_path).expanduser()
     try:
         if path.is_dir():
@@ -235,7 +238,7 @@ def checkpoint_model_type(name_or_path: str) -> str:
             )
     except ConversionError as error:
         raise FinetuneInputError(str(error)) from None
-    return PreTrainedConfig.get_config_dict(name_or_path)[0].get("model_type", "")
+    return PreTrainedConfig.get_config_dict(name_or_path, token=token)[0].get("model_type", "")
 
 
 def prepare_training_arguments(training_args: TrainingArguments) -> None:
@@ -267,19 +270,23 @@ def load_splits(
     data_args: DataArguments,
     training_args: TrainingArguments,
     dataset: datasets.Dataset | datasets.DatasetDict | None = None,
+    token: str | None = None,
 ) -> dict[str, datasets.Dataset]:
     """`{"train": ..., "eval": ...}` (no `eval` without an eval set), subsampled as asked; rank 0 loads first.
 
-    The splits come from `dataset` (a lone `Dataset` is the train split) or else from the source `data_args.dataset`.
+    The splits come from `dataset` (a lone `Dataset` is the train split) or else from the source `data_args.dataset`;
+    `token` authenticates Hub datasets.
     """
     if (dataset is None) == (data_args.dataset is None):
         raise FinetuneInputError("Give exactly one dataset: --dataset (a source), or a Dataset object in Python.")
     with training_args.main_process_first(desc="loading the dataset"):
         if dataset is None:
-            splits = load_dataset_source(data_args.dataset, data_args.dataset_config_name, data_args.max_train_samples)
+            splits = load_dataset_source(
+                data_args.dataset, data_args.dataset_config_name, data_args.max_train_samples, token=token
+            )
         else:
             splits = dataset if isinstance(dataset, datasets.DatasetDict) else datasets.DatasetDict(train=dataset)
-        eval_splits = load_dataset_source(data_args.eval_dataset) if data_args.eval_dataset else None
+        eval_splits = load_dataset_source(data_args.eval_dataset, token=token) if data_args.eval_dataset else None
     seed = training_args.seed
     train, evaluation = select_splits(
         splits, data_args.train_split, data_args.eval_split, data_args.eval_fraction, seed, eval_splits
@@ -353,7 +360,9 @@ def finetune(
     """
     prepare_training_arguments(training_args)
     resume = checkpoint_to_resume(training_args)
-    family = model_family(model_args.model_type or checkpoint_model_type(model_args.model_name_or_path))
+    family = model_family(
+        model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
+    )
     task = data_args.task or DEFAULT_TASKS[family]
     if family not in TASK_MODELS[task]:
         raise FinetuneInputError(
@@ -361,7 +370,7 @@ def finetune(
             f"{family} runs {sorted(t for t, models in TASK_MODELS.items() if family in models)}."
         )
 
-    parts = load_splits(data_args, training_args, dataset)
+    parts = load_splits(data_args, training_args, dataset, model_args.token)
     label_names = None
     if task != "masked-lm":
         label_names = resolve_label_names(parts, data_args.label_column, data_args.num_labels)
