@@ -331,7 +331,9 @@ def test_secret_like_files_and_stray_checkpoints_stay_local(checkpoints, api, hu
     assert {"tokenizer.json"} <= set(publish.select_upload_files(checkpoints["bert"]["folder"])[0])  # not a secret
     card = hf_hub_download(repo_id, "README.md", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "cache")
     assert Path(card).read_text().startswith("---\n")  # the rendered card, not the folder's README
-    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include=["hf_token.txt", "training_args.bin"])
+    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include="*")  # a glob never uploads a skipped file
+    assert not set(api.list_repo_files(repo_id)) & {".env", "hf_token.txt", "training_args.bin"}
+    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include_skipped=["hf_token.txt", "training_args.bin"])
     assert {"hf_token.txt", "training_args.bin"} <= set(api.list_repo_files(repo_id))
 
 
@@ -344,7 +346,7 @@ def test_a_file_holding_the_token_is_refused(checkpoints, api, hub, tmp_path, ca
     assert "run_notes.json" in str(excinfo.value) and TOKEN not in str(excinfo.value)
     assert not api.repo_exists("org/leaky")
     with pytest.raises(CheckpointRefused):  # naming it explicitly does not help
-        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, include=["run_notes.json"])
+        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, include_skipped=["run_notes.json"])
     assert TOKEN not in caplog.text
 
 
