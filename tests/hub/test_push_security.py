@@ -164,7 +164,7 @@ def test_a_bad_repo_id_is_one_line_on_the_command_line(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert cli.main(["push", str(checkpoint), repo_id]) == 2
+    assert cli.main(["push", repo_id, str(checkpoint)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hf-norms push: error: ") and "is not a Hub repo id" in err
     assert "Traceback" not in err
@@ -175,7 +175,7 @@ def test_a_missing_folder_is_one_line_on_the_command_line(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert cli.main(["push", str(tmp_path / "nowhere"), "org/missing"]) == 2
+    assert cli.main(["push", "org/missing", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert (
         err == f"hf-norms push: error: {tmp_path / 'nowhere'} does not exist; give the folder a model was saved to.\n"
