@@ -203,6 +203,29 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
+def files_to_publish(
+    folder: Path,
+    code_files: Iterable[str],
+    include: str | Sequence[str] | None,
+    exclude: str | Sequence[str] | None,
+    include_skipped: Iterable[str],
+) -> tuple[list[str], bool]:
+    """(the files of `folder` to upload, whether to upload the rendered card): what the patterns pick, less what is
+    skipped for safety (logged), the model's remote code never taken for a secret. Refuses a selection of nothing."""
+    code_files = [name for name in code_files if matches_upload_patterns(name, include, exclude)]
+    files, skipped = select_upload_files(folder, include, exclude, [*include_skipped, *code_files])
+    for name, reason in skipped.items():
+        logger.info("Not uploading %s: %s (name it with --include-skipped to upload it anyway)", name, reason)
+    render_card = CARD_NAME not in files and matches_upload_patterns(CARD_NAME, include, exclude)
+    if not files and not render_card:
+        raise CheckpointRefused(
+            f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, e.g. "
+            "'*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, hidden files and checkpoint-*/ unless named "
+            "with --include-skipped)."
+        )
+    return files, render_card
+
+
 def push_to_hub(
     folder: str | os.PathLike[str],
     repo_id: str,
@@ -238,11 +261,7 @@ def push_to_hub(
     check_token_length(token)
     folder = Path(folder).resolve()
     config, code_files = check_checkpoint(folder)
-    code_files = [name for name in code_files if matches_upload_patterns(name, include, exclude)]
-    files, skipped = select_upload_files(folder, include, exclude, [*include_skipped, *code_files])  # code: no secret
-    for name, reason in skipped.items():
-        logger.info("Not uploading %s: %s (name it with --include-skipped to upload it anyway)", name, reason)
-    render_card = CARD_NAME not in files and matches_upload_patterns(CARD_NAME, include, exclude)
+    files, render_card = files_to_publish(folder, code_files, include, exclude, include_skipped)
     card_text = str(model_card_for_folder(folder, repo_id, **card_overrides)) if render_card else ""
     message = commit_message or (
         f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
@@ -250,12 +269,6 @@ def push_to_hub(
     published = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
     refuse_token_leaks(folder, files, token, {f"{CARD_NAME} (rendered)": card_text, **published})
     uploads = sorted({*files, CARD_NAME} if render_card else files)
-    if not uploads:
-        raise CheckpointRefused(
-            f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, e.g. "
-            "'*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, hidden files and checkpoint-*/ unless named "
-            "with --include-skipped)."
-        )
     if dry_run:
         return uploads
     if not token:
