@@ -8,6 +8,8 @@ each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) 
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 from .moved_modules import install_moved_module_finder
@@ -57,5 +59,15 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *PUBLIC_NAMES})
 
 
+def _imported_by_the_command_line() -> bool:
+    """Whether the `hf-norms` console script is the program importing this package."""
+    program = (getattr(sys, "argv", None) or [""])[0]
+    return Path(program).name.removesuffix(".exe") == "hf-norms"
+
+
 install_moved_module_finder()
-__getattr__("register_auto_classes")()
+# Importing the package must register the Auto classes for users (`import hf_norms` then `AutoModel.from_pretrained`),
+# which imports torch and transformers (2-3 s). The `hf-norms` command registers them itself when a subcommand runs
+# (`cli.main`), so that its `--help` and `--version` answer at once: it skips the registration here.
+if not _imported_by_the_command_line():
+    __getattr__("register_auto_classes")()

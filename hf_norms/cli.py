@@ -1,64 +1,38 @@
 """The `hf-norms` command line: one subcommand per task, each a thin layer over the Python API.
 
-This module imports nothing heavy at the top: the arguments of every subcommand are defined here, and the code a
-subcommand runs is imported only when it runs, so `hf-norms --help` answers at once. Errors that hf-norms raises on
-purpose (a bad input, a refused folder, an unreachable Hub) are printed as one line on stderr.
+It follows the conventions of the Hugging Face tools: both spellings of every multi-word option and no abbreviations
+(`hf_norms.cli_parsing`); `--version`; `--token` wherever a Hub is reached (default: HF_TOKEN or the login stored by
+`hf auth login`); `hf-norms push REPO_ID [LOCAL_PATH]` takes its arguments and its `--include`/`--exclude` glob patterns
+as `hf upload` does.
+
+Every `--help` answers at once: this module imports nothing heavy at the top, the code a subcommand runs is imported
+only when it runs, the Auto classes are registered then (`main`; `hf_norms/__init__.py` leaves it to the command line
+under the `hf-norms` script), and `finetune --help` is rendered from the torch-free `hf_norms.training.arguments`.
+Errors that hf-norms raises on purpose (a bad input, a refused folder, an unreachable Hub) are printed as one line on
+stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import shlex
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
+
+from .cli_parsing import OneLineParser, non_negative_float, port_number, positive_float, positive_int, spellings
+from .errors import InputError, handled_errors
+from .version import VERSION
 
 # Keep in step with `hf_norms.models.norms.NORM_TYPES` (a test checks it): importing the registry here would import torch.
 NORM_TYPE_CHOICES = ("layernorm", "dyt", "dtn", "sepnorm", "lape")
 HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checked by a test)
 HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line, naming the fix, with exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(text)
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(text)
-    return value
-
-
-def port_number(text: str) -> int:
-    value = int(text)
-    if not 0 <= value < 65536:
-        raise ValueError(text)
-    return value
-
-
-positive_int.__name__ = "positive integer"  # argparse names the type in its message: "invalid positive integer value"
-positive_float.__name__ = "positive number"
-non_negative_float.__name__ = "number >= 0"
-port_number.__name__ = "port (0-65535)"
+TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
 
 
 def add_convert(subparsers: argparse._SubParsersAction) -> None:
@@ -86,6 +60,7 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--allow-pickle", action="store_true", help="allow loading pytorch_model.bin (pickle) weights")
     parser.add_argument("--revision", help="Hub revision of the source")
+    parser.add_argument("--token", help=TOKEN_HELP)
     parser.set_defaults(run=run_convert)
 
 
@@ -107,6 +82,7 @@ def run_convert(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         allow_pickle=args.allow_pickle,
         revision=args.revision,
+        token=args.token,
         progress=True,
     )
     for stage, metrics in report["stages"].items():
@@ -150,12 +126,11 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the work dir")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output folder")
     parser.add_argument("--allow-pickle", action="store_true", help="allow a pickle-only teacher checkpoint")
+    parser.add_argument("--token", help=TOKEN_HELP + ", for a teacher on the Hub")
     parser.set_defaults(run=run_heal)
 
 
 def run_heal(args: argparse.Namespace) -> int:
-    import math
-
     from .conversion.healing import heal
 
     report = heal(
@@ -178,6 +153,7 @@ def run_heal(args: argparse.Namespace) -> int:
         resume=args.resume,
         overwrite=args.overwrite,
         allow_pickle=args.allow_pickle,
+        token=args.token,
     )
     for stage, metrics in report["stages"].items():
         cosine = metrics["end_to_end"]["mean_cosine"]
@@ -185,40 +161,130 @@ def run_heal(args: argparse.Namespace) -> int:
     return 0
 
 
+FINETUNE_DESCRIPTION = (
+    "Fine-tune a ViT/DeiT/BERT of any norm_type with the transformers Trainer: from a checkpoint (a stock one is "
+    "converted to --norm_type as it loads) or from scratch, on a datasets dataset, an imagefolder, a CSV/JSON/Parquet "
+    "file or packaged:fashion-mnist / packaged:bbc-news. Options may also come from one .json or .yaml file."
+)
+# The most used `TrainingArguments` options, shown by `hf-norms finetune --help` without importing transformers:
+# name -> (default, help). A test checks each name and default against `TrainingArguments`.
+FINETUNE_TRAINER_OPTIONS: dict[str, tuple[Any, str]] = {
+    "output_dir": (None, "where checkpoints, the final model and its metrics are written"),
+    "num_train_epochs": (3.0, "epochs to train, unless --max_steps is set"),
+    "max_steps": (-1, "train this many steps (-1: --num_train_epochs epochs)"),
+    "per_device_train_batch_size": (8, "training batch size per process"),
+    "learning_rate": (5e-5, "initial learning rate of AdamW"),
+    "eval_strategy": ("no", "when to evaluate: no, steps, epoch"),
+    "save_strategy": ("steps", "when to save a checkpoint: no, steps, epoch, best"),
+    "use_cpu": (False, "train on the CPU even where an accelerator is available"),
+    "bf16": (False, "bfloat16 mixed precision"),
+    "seed": (42, "random seed of the initialisation and the data order"),
+    "resume_from_checkpoint": (None, "a checkpoint folder, or `last` for the newest one in --output_dir"),
+    "push_to_hub": (False, "push the model to the Hub when it is saved (token: --hub_token or HF_TOKEN)"),
+    "hub_model_id": (None, "the repo --push_to_hub pushes to (default: the name of --output_dir)"),
+}
+
+
 def add_finetune(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "finetune",
         help="fine-tune a ViT/DeiT/BERT of any norm_type with the Trainer (one process, or torchrun/accelerate)",
-        description="Fine-tune with the transformers Trainer; `hf-norms finetune --help` lists every option.",
+        description=FINETUNE_DESCRIPTION,
     )
-    parser.set_defaults(run=None)  # `main` hands every argument after `finetune` to its own parser
+    parser.set_defaults(run=None)  # `main` hands every argument after `finetune` to `run_finetune`
 
 
 def run_finetune(arguments: list[str]) -> int:
+    """`hf-norms finetune ...`: `--help` lists hf-norms' options and the most used Trainer options without importing
+    transformers; `--help-all` is transformers' listing of every option; anything else is parsed by transformers'
+    `HfArgumentParser`, as in its example scripts (`hf_norms.training.finetune.main`)."""
+    if "-h" in arguments or "--help" in arguments:
+        parser = finetune_help_parser()
+        parser.print_help()
+        parser.exit()
+    from . import register_auto_classes
     from .training.finetune import main
 
+    if "--help-all" in arguments:
+        return main(["--help"])
+    register_auto_classes()
     return main(arguments)
+
+
+def finetune_help_parser() -> argparse.ArgumentParser:
+    """A parser whose help is `hf-norms finetune --help`: the options of `ModelArguments` and `DataArguments` (their
+    help and defaults), then `FINETUNE_TRAINER_OPTIONS`. It only renders help; transformers parses a real run."""
+    from .training.arguments import DataArguments, ModelArguments
+
+    parser = OneLineParser(
+        prog="hf-norms finetune",
+        usage="%(prog)s --OPTION VALUE ... | %(prog)s ARGUMENTS.json | %(prog)s ARGUMENTS.yaml",
+        description=FINETUNE_DESCRIPTION,
+        epilog=(
+            "Every other TrainingArguments option is accepted too (weight_decay, warmup_steps, eval_steps, "
+            "logging_steps, gradient_accumulation_steps, ...): `hf-norms finetune --help-all` lists them all."
+        ),
+    )
+    for title, arguments in (("model", ModelArguments), ("data", DataArguments)):
+        group = parser.add_argument_group(f"{title} options ({arguments.__name__})")
+        types = typing.get_type_hints(arguments)
+        for field in dataclasses.fields(arguments):
+            add_help_option(group, field.name, field.default, field.metadata["help"], literal_values(types[field.name]))
+    group = parser.add_argument_group("the most used Trainer options (TrainingArguments)")
+    for name, (default, help_text) in FINETUNE_TRAINER_OPTIONS.items():
+        add_help_option(group, name, default, help_text)
+    return parser
+
+
+def add_help_option(
+    group: argparse._ArgumentGroup, name: str, default: Any, help_text: str, choices: tuple | None = None
+) -> None:
+    """Show `--name` (both spellings) with its help and, where it has one, its default."""
+    shown = "" if default is None or default is False else f" (default: {default})"
+    if isinstance(default, bool):
+        options: dict[str, Any] = {"action": "store_true"}
+    else:
+        options = {"choices": choices, "metavar": None if choices else "VALUE"}
+    group.add_argument(*spellings(f"--{name}"), help=(help_text + shown).replace("%", "%%"), **options)
+
+
+def literal_values(annotation: Any) -> tuple | None:
+    """The values of a `Literal[...]` annotation, or of the `Literal` in `Literal[...] | None`; else None."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(candidate) is typing.Literal:
+            return typing.get_args(candidate)
+    return None
 
 
 def add_push(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "push",
-        help="publish a checkpoint folder with its model card to a Hub endpoint",
+        help="publish a checkpoint folder with its model card to a Hub endpoint (arguments as `hf upload`)",
         description=(
             "Upload an hf-norms checkpoint folder to REPO_ID in one commit, with a model card rendered from its "
-            "conversion report and training metrics. The token comes from HF_TOKEN or `hf auth login`."
+            "conversion report and training metrics; the arguments and --include/--exclude work as in `hf upload`. "
+            "Files that look like secrets, pickles, hidden files and checkpoint-*/ are never uploaded unless named "
+            "with --include-skipped, and no file holding the token ever is."
         ),
     )
-    parser.add_argument("folder", metavar="DIR", help="the checkpoint folder (config.json, model.safetensors, ...)")
     parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. my-org/vit-dyt")
+    parser.add_argument("local_path", metavar="LOCAL_PATH", nargs="?", default=".",
+                        help="the checkpoint folder (config.json, model.safetensors, ...; default: the current folder)")  # fmt: skip
+    parser.add_argument("--include", action="append", metavar="GLOB",
+                        help="upload only the files whose path inside the folder matches (repeatable; README.md is "
+                             "the card)")  # fmt: skip
+    parser.add_argument("--exclude", action="append", metavar="GLOB",
+                        help="do not upload the files whose path inside the folder matches (repeatable)")  # fmt: skip
+    parser.add_argument("--include-skipped", action="append", default=[], metavar="PATH",
+                        help="upload this file although hf-norms skips it for safety (a secret-looking name, a pickle, "
+                             "a hidden file, checkpoint-*/); the token check still reads it (repeatable)")  # fmt: skip
+    parser.add_argument("--delete", action="append", default=[], metavar="GLOB",
+                        help="delete matching remote files in the commit (repeatable)")  # fmt: skip
+    parser.add_argument("--token", help=TOKEN_HELP)
     parser.add_argument("--private", action="store_true", help="create the repo private (no effect if it exists)")
     parser.add_argument("--revision", help="branch to commit to (created from main if missing)")
     parser.add_argument("--commit-message", help="commit title")
     parser.add_argument("--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT, else huggingface.co)")
-    parser.add_argument("--include", action="append", default=[], metavar="PATH",
-                        help="upload this file even if it would be skipped")  # fmt: skip
-    parser.add_argument("--delete", action="append", default=[], metavar="PATTERN",
-                        help="delete matching remote files in the commit")  # fmt: skip
     parser.add_argument("--base-model", help="Hub id of the source checkpoint, when the report names a local copy")
     parser.add_argument("--license", help="license id for the card (default: the source's, where known)")
     parser.add_argument("--dataset", action="append", default=[], metavar="ID", help="Hub dataset id for the card")
@@ -234,15 +300,19 @@ def run_push(args: argparse.Namespace) -> int:
 
     from .hub.publish import push_to_hub
 
+    check_push_order(args.repo_id, args.local_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     result = push_to_hub(
-        args.folder,
+        args.local_path,
         args.repo_id,
         private=args.private,
         revision=args.revision,
         commit_message=args.commit_message,
         endpoint=args.endpoint,
+        token=args.token,
         include=args.include,
+        exclude=args.exclude,
+        include_skipped=args.include_skipped,
         delete_patterns=args.delete,
         dry_run=args.dry_run,
         base_model=args.base_model,
@@ -254,8 +324,18 @@ def run_push(args: argparse.Namespace) -> int:
     if isinstance(result, list):
         print(json.dumps({"files": result}, indent=1))
     else:
-        print(f"Pushed {args.folder} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
+        print(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
     return 0
+
+
+def check_push_order(repo_id: str, local_path: str) -> None:
+    """Refuse `hf-norms push DIR REPO_ID`, the order of hf-norms 0.1: a first argument that is a folder and a second
+    that is not."""
+    if Path(repo_id).is_dir() and not Path(local_path).is_dir():
+        raise InputError(
+            f"{repo_id!r} is a folder and {local_path!r} is not: the order is REPO_ID LOCAL_PATH, as in `hf upload`; "
+            f"run `hf-norms push {shlex.quote(local_path)} {shlex.quote(repo_id)}`."
+        )
 
 
 def add_hub(subparsers: argparse._SubParsersAction) -> None:
@@ -268,9 +348,7 @@ def add_hub(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
-    parser.add_argument(
-        "--port", type=int, choices=range(65536), metavar="PORT", default=0, help="port on 127.0.0.1 (0: any free port)"
-    )
+    parser.add_argument("--port", type=port_number, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--token", action="append", help="accepted bearer token (repeatable; default: any token)")
     parser.add_argument("--user", default=None, help="user name the tokens authenticate as")
     parser.set_defaults(run=run_hub)
@@ -321,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="hf-norms",
         description="DyT, DTN, SepNorm and LaPE for Hugging Face ViT, DeiT and BERT: convert, heal, fine-tune, publish.",
+        epilog="`hf-norms COMMAND --help` describes a command. HF_NORMS_DEBUG=1 shows the traceback of an error.",
     )
+    parser.add_argument("--version", action="version", version=f"hf-norms {VERSION}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(subparsers)
@@ -329,13 +409,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run `hf-norms ARGV`; returns the exit status (0; 2 for wrong input; 1 for a failed step; 130 if interrupted)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
         return run_finetune(argv[1:])
     args = build_parser().parse_args(argv)
-    from .errors import handled_errors
+    from . import register_auto_classes
 
     with handled_errors(f"hf-norms {args.command}") as outcome:
+        register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (see __init__.py)
         outcome.status = args.run(args) or 0
     return outcome.status
 

@@ -32,6 +32,8 @@ from hf_norms.demo import BLOCK_HF_NORMS
 NORM_TYPES = sorted(hf_norms.NORM_TYPES)
 IMAGE_SIZE, PATCH_SIZE, BATCH, SEQ_LEN, VOCAB = 32, 8, 2, 9, 101
 NUM_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
+# The `hf-norms` console script of this environment; it imports the hf_norms that PYTHONPATH or the install names.
+HF_NORMS_SCRIPT = Path(sys.executable).with_name("hf-norms")
 
 
 @pytest.fixture

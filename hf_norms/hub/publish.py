@@ -1,16 +1,18 @@
 """Publish a converted or fine-tuned checkpoint folder to a Hub endpoint, with its model card, in one commit.
 
-`push_to_hub(folder, repo_id)` (and `hf-norms push DIR REPO_ID`):
+`push_to_hub(folder, repo_id)` (and `hf-norms push REPO_ID DIR`):
 
 0. refuses a repo id that huggingface_hub would refuse (`validate_repo_id`: `name` or `namespace/name`, no `..`) and
    a token shorter than 8 characters, which no leak check could protect;
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
-2. picks the files to upload: everything except files that look like secrets (`.env`, `*.pem`, `*token*`, ...),
-   hidden files, pickles (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`) and stray training checkpoints
-   (`checkpoint-*/`), unless a file is named with `include`; the folder's own README.md is replaced by the card; a
-   symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+2. picks the files to upload: those the `include`/`exclude` glob patterns pick, as `hf upload` does (all files
+   without patterns), except files that look like secrets (`.env`, `*.pem`, `*token*`, ...), hidden files, pickles
+   (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`) and stray training checkpoints (`checkpoint-*/`),
+   unless a file is named with `include_skipped`; the folder's own README.md is replaced by the card (itself a file
+   the patterns pick or not); a symbolic link is uploaded only if it leads to a file inside the folder, and refuses
+   the push otherwise;
 3. renders the card (`hf_norms.hub.model_card`) and refuses if the token occurs in it, in the commit message, the repo
    id, the branch name or any byte of any file to upload;
 4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
@@ -47,6 +49,7 @@ from .upload_files import (
     CARD_NAME,
     CheckpointRefused,
     check_token_length,
+    matches_upload_patterns,
     refuse_token_leaks,
     select_upload_files,
 )
@@ -200,6 +203,29 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
+def files_to_publish(
+    folder: Path,
+    code_files: Iterable[str],
+    include: str | Sequence[str] | None,
+    exclude: str | Sequence[str] | None,
+    include_skipped: Iterable[str],
+) -> tuple[list[str], bool]:
+    """(the files of `folder` to upload, whether to upload the rendered card): what the patterns pick, less what is
+    skipped for safety (logged), the model's remote code never taken for a secret. Refuses a selection of nothing."""
+    code_files = [name for name in code_files if matches_upload_patterns(name, include, exclude)]
+    files, skipped = select_upload_files(folder, include, exclude, [*include_skipped, *code_files])
+    for name, reason in skipped.items():
+        logger.info("Not uploading %s: %s (name it with --include-skipped to upload it anyway)", name, reason)
+    render_card = CARD_NAME not in files and matches_upload_patterns(CARD_NAME, include, exclude)
+    if not files and not render_card:
+        raise CheckpointRefused(
+            f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, e.g. "
+            "'*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, hidden files and checkpoint-*/ unless named "
+            "with --include-skipped)."
+        )
+    return files, render_card
+
+
 def push_to_hub(
     folder: str | os.PathLike[str],
     repo_id: str,
@@ -209,14 +235,19 @@ def push_to_hub(
     commit_message: str | None = None,
     endpoint: str | None = None,
     token: str | None = None,
-    include: Iterable[str] = (),
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    include_skipped: Iterable[str] = (),
     delete_patterns: Sequence[str] | None = None,
     dry_run: bool = False,
     **card_overrides: Any,
 ) -> CommitInfo | list[str]:
     """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring.
 
-    `revision` is a branch, created from main when missing. `include` names files to upload that would be skipped.
+    `revision` is a branch, created from main when missing. `include` and `exclude` are glob patterns on the paths
+    inside `folder` (README.md standing for the card), applied as `hf upload --include/--exclude` apply them; they
+    never make hf-norms upload a file it skips for safety. `include_skipped` names files to upload although they would
+    be skipped (the token check still reads them).
     `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted
     otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`, `license`, `datasets`,
     `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns the file list
@@ -230,17 +261,14 @@ def push_to_hub(
     check_token_length(token)
     folder = Path(folder).resolve()
     config, code_files = check_checkpoint(folder)
-    files, skipped = select_upload_files(folder, [*include, *code_files])  # the model's code is never a secret
-    for name, reason in skipped.items():
-        logger.info("Not uploading %s: %s (name it with --include to upload it)", name, reason)
-    own_card = CARD_NAME in files
-    card_text = "" if own_card else str(model_card_for_folder(folder, repo_id, **card_overrides))
+    files, render_card = files_to_publish(folder, code_files, include, exclude, include_skipped)
+    card_text = str(model_card_for_folder(folder, repo_id, **card_overrides)) if render_card else ""
     message = commit_message or (
         f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
     )
     published = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
     refuse_token_leaks(folder, files, token, {f"{CARD_NAME} (rendered)": card_text, **published})
-    uploads = sorted({*files, CARD_NAME})
+    uploads = sorted({*files, CARD_NAME} if render_card else files)
     if dry_run:
         return uploads
     if not token:
@@ -253,7 +281,7 @@ def push_to_hub(
         for name in files:
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
-        if not own_card:
+        if render_card:
             (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
         try:
             api.create_repo(repo_id, private=private, exist_ok=True)

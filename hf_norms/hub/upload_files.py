@@ -1,9 +1,11 @@
 """Which files of a checkpoint folder are uploaded, and the check that the Hub token is in none of them.
 
-Skipped unless named explicitly: files that look like secrets (`.env`, `*.pem`, `*token*`, ...), hidden files and
-folders, pickles (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`), stray training checkpoints
-(`checkpoint-*/`), entries that are not regular files (FIFOs, sockets) and the folder's own README.md, which the
-rendered card replaces.
+`include` / `exclude` glob patterns pick files exactly as `hf upload --include/--exclude` do (huggingface_hub's own
+filter). Of the files they pick, these are skipped unless named explicitly (`include_skipped`): files that look like
+secrets (`.env`, `*.pem`, `*token*`, ...), hidden files and folders, pickles (`*.bin`, `*.pt`, ...:
+`training_args.bin` holds `hub_token`), stray training checkpoints (`checkpoint-*/`), entries that are not regular
+files (FIFOs, sockets) and the folder's own README.md, which the rendered card replaces. A pattern never overrides a
+skip: `--include "*"` still leaves `.env` behind.
 
 Symbolic links are never followed out of the folder. A link to a regular file inside the folder is uploaded, under the
 link's name, with that file's bytes (and skipped when the target's own path would be). Any other link that would be
@@ -21,6 +23,8 @@ import fnmatch
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
+
+from huggingface_hub.utils import filter_repo_objects
 
 from ..errors import InputError
 
@@ -76,21 +80,39 @@ def skip_reason(relative_path: str) -> str | None:
     return None
 
 
-def select_upload_files(folder: Path, include: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
+def matches_upload_patterns(
+    relative_path: str, include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None
+) -> bool:
+    """Whether `hf upload --include INCLUDE --exclude EXCLUDE` would upload the file at `relative_path` (`/`
+    separators): it matches an `include` pattern (when there are any) and no `exclude` pattern. Patterns are fnmatch
+    globs on the whole relative path (`*` crosses `/`; `sub/` means everything under `sub`)."""
+    return any(filter_repo_objects([relative_path], allow_patterns=include or None, ignore_patterns=exclude or None))
+
+
+def select_upload_files(
+    folder: Path,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    include_skipped: Iterable[str] = (),
+) -> tuple[list[str], dict[str, str]]:
     """(files to upload, {skipped file: reason}), as paths relative to `folder` with `/` separators, sorted.
 
-    A file named in `include` is uploaded whatever its name; naming a file that is not there is an error. A symbolic
-    link that would be uploaded must lead to a regular file inside `folder` (`link_target`), else CheckpointRefused.
+    Only files the `include`/`exclude` patterns pick are considered (`matches_upload_patterns`); the others are
+    neither uploaded nor listed as skipped. A file named in `include_skipped` is uploaded whatever its name; naming a
+    file that is not there, or that the patterns leave out, is an error. A symbolic link that would be uploaded must
+    lead to a regular file inside `folder` (`link_target`), else CheckpointRefused.
     """
     folder = folder.resolve()
-    include = {PurePosixPath(name).as_posix() for name in include}
+    named = {PurePosixPath(name).as_posix() for name in include_skipped}
     selected, skipped = [], {}
     for path in sorted(folder_entries(folder)):
         relative = path.relative_to(folder).as_posix()
-        reason = None if relative in include else skip_reason(relative)
+        if not matches_upload_patterns(relative, include, exclude):
+            continue
+        reason = None if relative in named else skip_reason(relative)
         if reason is None and path.is_symlink():
             target = link_target(folder, path)
-            target_reason = None if relative in include else skip_reason(target)
+            target_reason = None if relative in named else skip_reason(target)
             reason = None if target_reason is None else f"a link to {target}: {target_reason}"
         elif reason is None and not path.is_file():
             reason = "not a regular file"
@@ -98,9 +120,13 @@ def select_upload_files(folder: Path, include: Iterable[str] = ()) -> tuple[list
             selected.append(relative)
         else:
             skipped[relative] = reason
-    missing = sorted(include - set(selected))
+    missing = sorted(named - set(selected))
     if missing:
-        raise CheckpointRefused(f"include names {missing}, which are not files in {folder}.")
+        filtered = " that the include/exclude patterns pick" if include or exclude else ""
+        raise CheckpointRefused(
+            f"include_skipped (--include-skipped) names {missing}, which are not files in {folder}{filtered}; name "
+            "each file by its path inside the folder."
+        )
     return selected, skipped
 
 

@@ -1,14 +1,22 @@
 """The options of `hf-norms finetune` that are hf-norms' own, as dataclasses for transformers' `HfArgumentParser`:
-which model (`ModelArguments`) and which data and task (`DataArguments`). The Trainer's own are `TrainingArguments`."""
+which model (`ModelArguments`) and which data and task (`DataArguments`). The Trainer's own are `TrainingArguments`.
+
+This module imports neither torch, transformers nor datasets, so that `hf-norms finetune --help` can render these
+options at once.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .data import FinetuneInputError
+from ..errors import InputError
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
+
+
+class FinetuneInputError(InputError):
+    """Input that cannot be fine-tuned on, found before training starts; the message names the problem and the fix."""
 
 
 @dataclass
@@ -39,6 +47,14 @@ class ModelArguments:
         metadata={
             "help": "Image processor folder or Hub id (default: the checkpoint's, else resize to image_size and "
             "normalise with mean 0.5, std 0.5)."
+        },
+    )
+    token: str | None = field(
+        default=None,
+        repr=False,  # never shown where the arguments are printed
+        metadata={
+            "help": "Hub token for the model, tokenizer, image processor and Hub datasets (default: HF_TOKEN or the "
+            "login stored by `hf auth login`). The Trainer's own push uses --hub_token."
         },
     )
 

@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 from .. import packaged
-from ..errors import InputError
+from .arguments import FinetuneInputError
 
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_DATASETS = ("bbc-news", "fashion-mnist")
@@ -31,10 +31,6 @@ FILE_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"
 EVAL_SPLIT_NAMES = ("validation", "test")
 IMAGE_CHECK_COUNT = 16  # images per split whose channel count is checked before training
 STRING_DTYPES = ("string", "large_string")
-
-
-class FinetuneInputError(InputError):
-    """Input that cannot be fine-tuned on, found before training starts; the message names the problem and the fix."""
 
 
 def packaged_dataset(name: str, max_train_samples: int | None = None) -> datasets.DatasetDict:
@@ -76,8 +72,10 @@ def load_dataset_source(
     source: str,
     config_name: str | None = None,
     max_train_samples: int | None = None,
+    token: str | None = None,
 ) -> datasets.DatasetDict:
-    """The splits of `source`, resolved in this order:
+    """The splits of `source`, resolved in this order (`token` authenticates a Hub dataset; None: HF_TOKEN or the stored
+    login):
 
     1. `packaged:<name>`: `packaged_dataset(name)`.
     2. A folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk` (a lone dataset becomes split `train`).
@@ -103,7 +101,7 @@ def load_dataset_source(
         return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
     if path.suffix.lower() in FILE_BUILDERS or source.startswith((".", "/", "~")) or source.count("/") > 1:
         raise FinetuneInputError(f"There is no file or folder {str(path.resolve())!r}; check the --dataset path.")
-    return datasets.load_dataset(source, config_name)
+    return datasets.load_dataset(source, config_name, token=token)
 
 
 def select_splits(

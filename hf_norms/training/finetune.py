@@ -115,7 +115,7 @@ def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) 
     """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]."""
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source is not None and (model_args.image_processor_name or _has_file(source, "preprocessor_config.json")):
-        return AutoImageProcessor.from_pretrained(source)
+        return AutoImageProcessor.from_pretrained(source, token=model_args.token)
     size = config.image_size
     return ViTImageProcessorPil(
         size={"height": size, "width": size},
@@ -134,7 +134,7 @@ def build_tokenizer(model_args: ModelArguments) -> Any:
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source is None:
         raise FinetuneInputError("A BERT trained from scratch needs a tokenizer: pass --tokenizer_name.")
-    return AutoTokenizer.from_pretrained(source)
+    return AutoTokenizer.from_pretrained(source, token=model_args.token)
 
 
 def prepare_training_arguments(training_args: TrainingArguments) -> None:
@@ -166,19 +166,23 @@ def load_splits(
     data_args: DataArguments,
     training_args: TrainingArguments,
     dataset: datasets.Dataset | datasets.DatasetDict | None = None,
+    token: str | None = None,
 ) -> dict[str, datasets.Dataset]:
     """`{"train": ..., "eval": ...}` (no `eval` without an eval set), subsampled as asked; rank 0 loads first.
 
-    The splits come from `dataset` (a lone `Dataset` is the train split) or else from the source `data_args.dataset`.
+    The splits come from `dataset` (a lone `Dataset` is the train split) or else from the source `data_args.dataset`;
+    `token` authenticates Hub datasets.
     """
     if (dataset is None) == (data_args.dataset is None):
         raise FinetuneInputError("Give exactly one dataset: --dataset (a source), or a Dataset object in Python.")
     with training_args.main_process_first(desc="loading the dataset"):
         if dataset is None:
-            splits = load_dataset_source(data_args.dataset, data_args.dataset_config_name, data_args.max_train_samples)
+            splits = load_dataset_source(
+                data_args.dataset, data_args.dataset_config_name, data_args.max_train_samples, token=token
+            )
         else:
             splits = dataset if isinstance(dataset, datasets.DatasetDict) else datasets.DatasetDict(train=dataset)
-        eval_splits = load_dataset_source(data_args.eval_dataset) if data_args.eval_dataset else None
+        eval_splits = load_dataset_source(data_args.eval_dataset, token=token) if data_args.eval_dataset else None
     seed = training_args.seed
     train, evaluation = select_splits(
         splits, data_args.train_split, data_args.eval_split, data_args.eval_fraction, seed, eval_splits
@@ -252,7 +256,9 @@ def finetune(
     """
     prepare_training_arguments(training_args)
     resume = checkpoint_to_resume(training_args)
-    family = model_family(model_args.model_type or checkpoint_model_type(model_args.model_name_or_path))
+    family = model_family(
+        model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
+    )
     task = data_args.task or DEFAULT_TASKS[family]
     if family not in TASK_MODELS[task]:
         raise FinetuneInputError(
@@ -260,7 +266,7 @@ def finetune(
             f"{family} runs {sorted(t for t, models in TASK_MODELS.items() if family in models)}."
         )
 
-    parts = load_splits(data_args, training_args, dataset)
+    parts = load_splits(data_args, training_args, dataset, model_args.token)
     label_names = None
     if task != "masked-lm":
         label_names = resolve_label_names(parts, data_args.label_column, data_args.num_labels)

@@ -117,7 +117,7 @@ def build_config(model_args: ModelArguments, family: str, label_names: list[str]
         options.update(function_preserving_options(model_args.norm_type, explicit) or {})
     try:
         if model_args.model_name_or_path is not None:
-            config = config_class.from_pretrained(model_args.model_name_or_path, **options)
+            config = config_class.from_pretrained(model_args.model_name_or_path, token=model_args.token, **options)
         else:
             config = config_class(**options)
     except ValueError as error:
@@ -130,7 +130,7 @@ def converted_from_layernorm(model_args: ModelArguments) -> bool:
     """Whether the model is a LayerNorm checkpoint loaded into another norm_type."""
     if model_args.model_name_or_path is None or model_args.norm_type in (None, "layernorm"):
         return False
-    stored, _ = PreTrainedConfig.get_config_dict(model_args.model_name_or_path)
+    stored, _ = PreTrainedConfig.get_config_dict(model_args.model_name_or_path, token=model_args.token)
     return stored.get("norm_type", "layernorm") == "layernorm"
 
 
@@ -150,13 +150,12 @@ def build_model(
     model_class = TASK_MODELS[task][family]
     if model_args.model_name_or_path is None:
         return model_class(config)
+    loading = {"ignore_mismatched_sizes": True, "token": model_args.token}
     if calibration is None or function_preserving_options(config.norm_type) is not None:
-        return model_class.from_pretrained(model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True)
+        return model_class.from_pretrained(model_args.model_name_or_path, config=config, **loading)
     teacher_config = copy.deepcopy(config)
     teacher_config.norm_type = "layernorm"
-    teacher = model_class.from_pretrained(
-        model_args.model_name_or_path, config=teacher_config, ignore_mismatched_sizes=True
-    )
+    teacher = model_class.from_pretrained(model_args.model_name_or_path, config=teacher_config, **loading)
     explicit = override_keys(model_args.config_overrides) & {"dyt_alpha_init", "dyt_per_channel_alpha"}
     student = convert_model(
         teacher, config.norm_type, calibration.examples, processor=calibration.processor,
@@ -189,9 +188,10 @@ class Calibration:
         return cls(examples, processor, max(1, min(CALIBRATION_EXAMPLES, count - CALIBRATION_HELD_OUT)), max_length)
 
 
-def checkpoint_model_type(name_or_path: str) -> str:
-    """The model type of a checkpoint folder or Hub id; a local folder's config is first checked against its weights'
-    headers (`check_source_config`), so a broken or oversized config is refused before anything is allocated."""
+def checkpoint_model_type(name_or_path: str, token: str | None = None) -> str:
+    """The model type of a checkpoint folder or Hub id (read with `token`); a local folder's config is first checked
+    against its weights' headers (`check_source_config`), so a broken or oversized config is refused before anything
+    is allocated."""
     path = Path(name_or_path).expanduser()
     try:
         if path.is_dir():
@@ -202,4 +202,4 @@ def checkpoint_model_type(name_or_path: str) -> str:
             )
     except ConversionError as error:
         raise FinetuneInputError(str(error)) from None
-    return PreTrainedConfig.get_config_dict(name_or_path)[0].get("model_type", "")
+    return PreTrainedConfig.get_config_dict(name_or_path, token=token)[0].get("model_type", "")

@@ -7,14 +7,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_without_hf_norms
+from conftest import HF_NORMS_SCRIPT, run_without_hf_norms
 from PIL import Image
 from transformers import (
     AutoModel,
@@ -273,28 +271,25 @@ def test_checkpoint_loads_through_auto_and_remote_code(tiny_bert_dir, tmp_path):
     assert name == "BertNormForMaskedLM" and float(difference) <= 1e-5
 
 
-def test_cli_converts_a_hub_source(tiny_bert_dir, tmp_path, monkeypatch):
-    """`hf-norms convert org/name` downloads through HF_ENDPOINT (the loopback hub) and records the revision."""
+def test_cli_converts_a_private_hub_source_with_token(tiny_bert_dir, tmp_path, monkeypatch):
+    """`hf-norms convert org/name --token T` (the console script, `--norm_type` spelling) downloads a private repo
+    through HF_ENDPOINT (the loopback hub) with that token alone, records the revision and never prints the token."""
     import huggingface_hub
     from huggingface_hub import HfApi
 
+    token = "hf_convert-private-token-2024"
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest is offline; this is loopback
-    with HubServer(tmp_path / "hub", tokens=["token"]) as hub:
-        api = HfApi(endpoint=hub.url, token="token")
-        api.create_repo("org/tiny-bert")
+    with HubServer(tmp_path / "hub", tokens=[token]) as hub:
+        api = HfApi(endpoint=hub.url, token=token)
+        api.create_repo("org/tiny-bert", private=True)
         commit = api.upload_folder(folder_path=tiny_bert_dir, repo_id="org/tiny-bert").oid
-        code = textwrap.dedent(
-            f"""
-            import sys
-            from hf_norms import cli
-            sys.exit(cli.main(["convert", "org/tiny-bert", "--norm-type", "dtn", "--output", {str(tmp_path / "out")!r},
-                               "--max-length", "16"]))
-            """
-        )
-        env = {**os.environ, **hub.client_env("token"), "HF_HOME": str(tmp_path / "hf-home")}
-        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        env = {**os.environ, **hub.client_env(), "HF_HOME": str(tmp_path / "hf-home")}  # no HF_TOKEN, no stored login
+        env.pop("HF_TOKEN", None)
+        command = [str(HF_NORMS_SCRIPT), "convert", "org/tiny-bert", "--norm_type", "dtn"]
+        command += ["--output", str(tmp_path / "out"), "--max_length", "16", "--token", token]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "exact: max abs diff" in result.stdout
+    assert "exact: max abs diff" in result.stdout and token not in result.stdout + result.stderr
     report = json.loads((tmp_path / "out" / REPORT_JSON).read_text())
     assert report["source"] == "org/tiny-bert" and report["source_revision"] == commit
     assert report["stages"]["exact"]["end_to_end"]["max_abs_diff"] <= 1e-5

@@ -331,7 +331,9 @@ def test_secret_like_files_and_stray_checkpoints_stay_local(checkpoints, api, hu
     assert {"tokenizer.json"} <= set(publish.select_upload_files(checkpoints["bert"]["folder"])[0])  # not a secret
     card = hf_hub_download(repo_id, "README.md", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "cache")
     assert Path(card).read_text().startswith("---\n")  # the rendered card, not the folder's README
-    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include=["hf_token.txt", "training_args.bin"])
+    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include="*")  # a glob never uploads a skipped file
+    assert not set(api.list_repo_files(repo_id)) & {".env", "hf_token.txt", "training_args.bin"}
+    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include_skipped=["hf_token.txt", "training_args.bin"])
     assert {"hf_token.txt", "training_args.bin"} <= set(api.list_repo_files(repo_id))
 
 
@@ -344,7 +346,7 @@ def test_a_file_holding_the_token_is_refused(checkpoints, api, hub, tmp_path, ca
     assert "run_notes.json" in str(excinfo.value) and TOKEN not in str(excinfo.value)
     assert not api.repo_exists("org/leaky")
     with pytest.raises(CheckpointRefused):  # naming it explicitly does not help
-        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, include=["run_notes.json"])
+        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, include_skipped=["run_notes.json"])
     assert TOKEN not in caplog.text
 
 
@@ -412,18 +414,42 @@ def test_network_failure_and_refused_token(checkpoints, hub, tmp_path):
 
 
 def test_cli_push(checkpoints, api, hub, monkeypatch, capsys):
+    """`hf-norms push REPO_ID [LOCAL_PATH]` as `hf upload`: the token from --token (or HF_TOKEN), LOCAL_PATH defaulting
+    to the current folder, --include/--exclude globs, and never a token printed."""
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
     folder = str(checkpoints["deit"]["folder"])
-    assert cli.main(["push", folder, "org/cli-deit", "--private", "--revision", "dev", "--commit-message", "hi"]) == 0
+    argv = ["push", "org/cli-deit", folder, "--private", "--revision", "dev", "--commit_message", "hi"]
+    assert cli.main([*argv, "--token", TOKEN]) == 0
     assert api.model_info("org/cli-deit").private
     assert api.list_repo_commits("org/cli-deit", revision="dev")[0].title == "hi"
     assert "model.safetensors" not in api.list_repo_files("org/cli-deit")  # main untouched
-    assert cli.main(["push", folder, "org/cli-dry", "--dry-run"]) == 0 and not api.repo_exists("org/cli-dry")
-    assert cli.main(["push", str(Path(folder).parent), "org/cli-bad"]) == 2
-    out = capsys.readouterr()
-    assert "README.md" in json.loads(out.out[out.out.index("{") :])["files"] and "no config.json" in out.err
-    assert TOKEN not in out.out + out.err
+    printed = capsys.readouterr()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.chdir(folder)
+    assert cli.main(["push", "org/cli-dry", "--dry-run"]) == 0 and not api.repo_exists("org/cli-dry")
+    dry_run = capsys.readouterr()
+    assert "README.md" in json.loads(dry_run.out[dry_run.out.index("{") :])["files"]
+    assert cli.main(["push", "org/cli-glob", "--include", "*.json", "--exclude", "config.json", "--dry-run"]) == 0
+    globbed = capsys.readouterr()
+    assert json.loads(globbed.out[globbed.out.index("{") :])["files"] == [
+        "conversion_report.json",
+        "preprocessor_config.json",
+    ]
+    assert cli.main(["push", "org/cli-bad", str(Path(folder).parent)]) == 2
+    refused = capsys.readouterr()
+    assert "no config.json" in refused.err
+    assert not any(TOKEN in text for output in (printed, dry_run, globbed, refused) for text in output)
+
+
+def test_cli_push_in_the_old_order_says_so(checkpoints, api, hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    folder = str(checkpoints["vit"]["folder"])
+    assert cli.main(["push", folder, "org/old-order"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the order is REPO_ID LOCAL_PATH, as in `hf upload`" in err
+    assert f"hf-norms push org/old-order {folder}" in err and not api.repo_exists("org/old-order")
 
 
 TRAINER_PUSH = """

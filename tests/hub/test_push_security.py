@@ -1,5 +1,5 @@
 """`hf-norms push` against hostile folders and inputs: symbolic links, the token in what is published, short tokens,
-bad repo ids and missing folders. Each refusal is checked on the loopback Hub (nothing uploaded) and on disk (no local
+bad repo ids, missing folders, and include/exclude patterns that match files hf-norms skips. Each refusal is checked on the loopback Hub (nothing uploaded) and on disk (no local
 file changed)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_config
 from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.utils import filter_repo_objects
 from transformers import ViTImageProcessorPil
 
 import hf_norms
@@ -163,7 +164,7 @@ def test_a_bad_repo_id_is_one_line_on_the_command_line(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert cli.main(["push", str(checkpoint), repo_id]) == 2
+    assert cli.main(["push", repo_id, str(checkpoint)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hf-norms push: error: ") and "is not a Hub repo id" in err
     assert "Traceback" not in err
@@ -174,9 +175,48 @@ def test_a_missing_folder_is_one_line_on_the_command_line(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert cli.main(["push", str(tmp_path / "nowhere"), "org/missing"]) == 2
+    assert cli.main(["push", "org/missing", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert (
         err == f"hf-norms push: error: {tmp_path / 'nowhere'} does not exist; give the folder a model was saved to.\n"
     )
     assert not api.repo_exists("org/missing")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Include and exclude patterns
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def dry_run_files(checkpoint: Path, **push_args) -> list[str]:
+    return push_to_hub(checkpoint, "org/patterns", token=TOKEN, dry_run=True, **push_args)
+
+
+def test_include_and_exclude_pick_files_as_hf_upload_does(checkpoint: Path) -> None:
+    (checkpoint / "logs").mkdir()
+    (checkpoint / "logs" / "run.txt").write_text("loss 0.1")
+    (checkpoint / "notes.txt").write_text("notes")
+    every = dry_run_files(checkpoint)
+    assert {"config.json", "model.safetensors", "README.md", "logs/run.txt", "notes.txt"} <= set(every)
+    assert dry_run_files(checkpoint, include="*.txt") == ["logs/run.txt", "notes.txt"]  # `*` crosses `/`
+    cases = [("*.txt", None), (["logs/", "*.json"], None), (None, ["*.txt", "README.md"]), (["*.py"], ["norm_*"])]
+    for include, exclude in cases:  # the decisions of huggingface_hub's filter, which `hf upload` applies
+        expected = list(filter_repo_objects(every, allow_patterns=include, ignore_patterns=exclude))
+        assert dry_run_files(checkpoint, include=include, exclude=exclude) == expected
+
+
+def test_a_pattern_never_uploads_a_file_hf_norms_skips(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    (checkpoint / ".env").write_text("AWS_SECRET=abc")
+    (checkpoint / "training_args.bin").write_bytes(b"a pickle")
+    (checkpoint / "checkpoint-5").mkdir()
+    (checkpoint / "checkpoint-5" / "model.safetensors").write_bytes(b"weights")
+    skipped = {".env", "training_args.bin", "checkpoint-5/model.safetensors"}
+    assert not skipped & set(dry_run_files(checkpoint, include="*"))
+    for include in (".env", "*.bin", "checkpoint-5/"):
+        with pytest.raises(CheckpointRefused, match=r"pick no file .* --include-skipped"):
+            dry_run_files(checkpoint, include=include)
+    assert dry_run_files(checkpoint, include="*.bin", include_skipped=["training_args.bin"]) == ["training_args.bin"]
+    with pytest.raises(CheckpointRefused, match=r"names \['training_args.bin'\], .* that the include/exclude patterns"):
+        dry_run_files(checkpoint, exclude="*.bin", include_skipped=["training_args.bin"])
+    (checkpoint / "hf_token.txt").write_text(f"login {TOKEN}")  # named to be uploaded: still read for the token
+    assert_refused_and_nothing_uploaded(api, "org/leak", tmp_path, "hf_token.txt", include_skipped=["hf_token.txt"])

@@ -10,11 +10,14 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
+import subprocess
 
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import HF_NORMS_SCRIPT, tiny_config
+from huggingface_hub import HfApi
 from PIL import Image
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
@@ -27,7 +30,9 @@ from transformers import (
 
 import hf_norms
 from hf_norms import cli, packaged
+from hf_norms.hub.server import HubServer
 from hf_norms.models.norms import DynamicTanh
+from hf_norms.training import data as data_module
 from hf_norms.training import finetune as finetune_module
 from hf_norms.training.data import FinetuneInputError
 from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
@@ -575,3 +580,33 @@ def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuni
     stages = dyt.trainer.model.conversion_report["stages"]
     assert type(dyt.trainer.model).__name__ == "BertNormForSequenceClassification"
     assert stages["calibrated"]["end_to_end"]["mean_cosine"] > stages["naive"]["end_to_end"]["mean_cosine"] + 0.3
+
+
+def test_cli_fine_tunes_a_private_hub_checkpoint_with_token(tiny_bert_dir, news_csv, tmp_path, monkeypatch):
+    """`hf-norms finetune --model-name-or-path org/name --token T` (the console script, dash spellings) loads the config,
+    model and tokenizer of a private repo with that token alone, and never prints it."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest is offline; this is loopback
+    token = "hf_finetune-private-token-2024"
+    csv_path = news_csv("news_hub", {"text": lambda i, t, label: t, "label": lambda i, t, label: label})
+    with HubServer(tmp_path / "hub", tokens=[token]) as hub:
+        api = HfApi(endpoint=hub.url, token=token)
+        api.create_repo("org/tiny-bert", private=True)
+        api.upload_folder(folder_path=tiny_bert_dir, repo_id="org/tiny-bert")
+        env = {**os.environ, **hub.client_env(), "HF_HOME": str(tmp_path / "hf-home")}  # no HF_TOKEN, no stored login
+        env.pop("HF_TOKEN", None)
+        command = [str(HF_NORMS_SCRIPT), "finetune", "--model-name-or-path", "org/tiny-bert", "--token", token]
+        command += ["--dataset", csv_path, "--max-seq-length", "32", "--eval-fraction", "0.25", "--output-dir"]
+        command += [str(tmp_path / "out"), "--max-steps", "1", "--per-device-train-batch-size", "4", "--use-cpu"]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert token not in result.stdout + result.stderr
+    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_a_hub_dataset_is_loaded_with_the_token(monkeypatch):
+    calls = []
+    monkeypatch.setattr(data_module.datasets, "load_dataset", lambda *args, **kwargs: calls.append((args, kwargs)))
+    data_module.load_dataset_source("org/news", "default", token="hf_dataset-token-2024")
+    assert calls == [(("org/news", "default"), {"token": "hf_dataset-token-2024"})]
