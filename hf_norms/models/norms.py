@@ -21,7 +21,7 @@ from torch import nn
 
 from .norm_dtn import DynamicTokenNorm
 from .norm_dyt import DynamicTanh
-from .norm_lape import LapePositionCache, PositionEmbeddingNorm
+from .norm_lape import PositionEmbeddingNorm, lape_position_embeddings
 from .norm_layernorm import LayerNorm
 from .norm_sepnorm import SeparateNorm
 from .token_layout import TokenLayout
@@ -30,7 +30,6 @@ __all__ = [
     "NORM_TYPES",
     "DynamicTanh",
     "DynamicTokenNorm",
-    "LapePositionCache",
     "LayerNorm",
     "NormSpec",
     "PositionEmbeddingNorm",
@@ -39,6 +38,7 @@ __all__ = [
     "build_norm",
     "build_position_norm",
     "init_norm_parameters",
+    "lape_position_embeddings",
 ]
 
 
