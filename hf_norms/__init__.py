@@ -1,7 +1,8 @@
 """hf-norms: DyT, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT and BERT models.
 
 Importing the package registers the `vit_norm`, `deit_norm` and `bert_norm` model types with `AutoConfig` and every
-matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works. The names below are the public API;
+matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed, their
+default PEFT target modules. The names below are the public API;
 each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) when first used.
 """
 
@@ -35,6 +36,7 @@ PUBLIC_MODULES = {
     ],
     "models.modeling_vit_norm": ["ViTNormForImageClassification", "ViTNormForMaskedImageModeling", "ViTNormModel"],
     "models.auto_registration": ["register_auto_classes"],
+    "models.peft_registration": ["register_peft_defaults"],
     "conversion.convert": ["convert"],
     "hub.publish": ["push_to_hub"],
 }  # fmt: skip
@@ -57,3 +59,4 @@ def __dir__() -> list[str]:
 
 install_moved_module_finder()
 __getattr__("register_auto_classes")()
+__getattr__("register_peft_defaults")()
