@@ -234,9 +234,10 @@ class DynamicTokenNorm(nn.Module):
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """The formula of the class docstring for `hidden_states` `[B, N, C]`.
 
-        In eager float32 (or float64), the fast path of `norm_dtn_fast` (gates at exactly 1 then keep LayerNorm's output for every
-        token, bit for bit, and without autograd skip the inter-token work); everywhere else (compile, export, ONNX,
-        autocast, 16-bit) the plain `token_norm_formula`, in float32 and with autocast off, as autocast runs LayerNorm.
+        In eager float32 (or float64), the fast path of `norm_dtn_fast` (gates at exactly 1 then keep LayerNorm's output
+        for every token, bit for bit, and without autograd skip the inter-token work); everywhere else (compile, export,
+        ONNX, autocast, 16-bit) the plain `token_norm_formula`, in float32 with autocast off, as autocast runs LayerNorm.
+        The gates' in-place projection in training is traced as a mutation of the parameters (checked under compile).
         """
         if layout is None:
             raise ValueError("DynamicTokenNorm needs a TokenLayout (prefix tokens, grid size, padding mask).")
