@@ -1,13 +1,14 @@
 """Every family x norm_type in the runtimes users put models in: the max abs difference of each from eager float32.
 
-    python -m benchmarks.runtimes                       # the whole table (compiling and exporting take minutes)
+    python -m benchmarks.runtimes                       # every check but inductor (about 20 minutes on 2 cores)
+    python -m benchmarks.runtimes --checks compiled --norm-types dtn   # inductor: one to two minutes per model
     python -m benchmarks.runtimes --families vit_norm --norm-types dtn
 
 Families come from `hf_norms.models.auto_registration.FAMILIES` and norm types from `hf_norms.NORM_TYPES`, so new ones
-join automatically. Each case is a tiny model (hidden 32, 2 layers, 16x16 images or 9 tokens with a padded example) of
+join automatically. Each case is a tiny model (hidden 32, 2 layers, 16x16 images or 9 tokens with padded examples, batch 8) of
 the family's classification head, with every parameter moved off its initial value (DTN gates strictly inside (0, 1),
 DyT alpha perturbed, LaPE's position norms and every affine away from 1 and 0, unit-variance Linear layers so outputs
-are of order 1). `tests/models/test_runtimes.py` asserts the same numbers against `TOLERANCES`.
+are of order 1). `tests/models/test_runtimes.py` asserts the same checks against `CHECKS` (`tolerance`).
 """
 
 from __future__ import annotations
@@ -378,7 +379,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--norm-types", nargs="+", choices=sorted(hf_norms.NORM_TYPES))
     parser.add_argument("--checks", nargs="+", choices=[check.__name__ for check in CHECKS])
     args = parser.parse_args(argv)
-    checks = [check for check in CHECKS if args.checks is None or check.__name__ in args.checks]
+    default = [check for check in CHECKS if check is not compiled]  # inductor: minutes per model, only when asked
+    checks = default if args.checks is None else [check for check in CHECKS if check.__name__ in args.checks]
     cases = all_cases(args.families, args.norm_types)
     print(
         f"Max abs difference from eager float32, {len(cases)} cases ({', '.join(sorted({c.family for c in cases}))})."
