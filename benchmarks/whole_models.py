@@ -4,11 +4,14 @@
     python -m benchmarks.whole_models                     # everything (compiling takes minutes on 2 cores)
     python -m benchmarks.whole_models --no-compile        # eager only
     python -m benchmarks.whole_models --modes inference --executions compiled   # one kind of table
+    python -m benchmarks.whole_models --norm-types dtn    # only DTN against layernorm (always included)
     python -m benchmarks.whole_models --smoke             # tiny sizes, few rounds (run by the test suite)
 
-Inference tables have two more rows: `dyt, folded` (ViT: `hf_norms.folding.fold_norms`, DyT's weight/bias moved into
-the next Linear layers) and `no norm`, the layernorm model with every norm replaced by the identity: the floor that
-no norm implementation can go below, which shows how much of the model's time its norms take at all.
+Every table has `layernorm (control)`, a second copy of the baseline model (its ratio is the run's noise: candidates
+run in a new random order each round), and eager tables `dtn, plain formula`, DTN without its fast path. Inference
+tables have two more rows: `dyt, folded` (ViT: `hf_norms.folding.fold_norms`, DyT's weight/bias moved into the next
+Linear layers) and `no norm`, the layernorm model with every norm replaced by the identity: the floor that no norm
+implementation can go below, which shows how much of the model's time its norms take at all.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ class NoNorm(torch.nn.Module):
 def inference_variants(models: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
     """The models plus `dyt, folded` (pre-LN vision models only) and the `no norm` floor."""
     variants = dict(models)
-    if not models["dyt"].config.model_type.startswith("bert"):
+    if "dyt" in models and not models["dyt"].config.model_type.startswith("bert"):
         folded = copy.deepcopy(models["dyt"])
         fold_norms(folded)
         variants["dyt, folded"] = folded
@@ -124,7 +127,23 @@ def training_step(model: torch.nn.Module, inputs: dict) -> Callable[[], object]:
     return run
 
 
+def control_variants(models: dict[str, torch.nn.Module], compiled: bool) -> dict[str, torch.nn.Module]:
+    """The models plus `layernorm (control)`, a second copy of the baseline: its ratio shows the run's noise; and,
+    eagerly, `dtn, plain formula`, DTN without its fast path (what compile and export run), which the fast path must
+    beat."""
+    variants = dict(models)
+    variants["layernorm (control)"] = copy.deepcopy(models["layernorm"])
+    if not compiled and "dtn" in models:
+        plain = copy.deepcopy(models["dtn"])
+        for module in plain.modules():
+            if hasattr(module, "fast_path"):
+                module.fast_path = False
+        variants["dtn, plain formula"] = plain
+    return variants
+
+
 def section(title: str, models: dict, inputs: dict, make: Callable, compile_models: bool, rounds: int) -> str:
+    models = control_variants(models, compile_models)
     if make is inference:
         models = inference_variants(models)
     runners = {}
@@ -146,11 +165,13 @@ def run(
     families: Sequence[str] = tuple(FAMILIES),
     modes: Sequence[str] = tuple(MODES),
     executions: Sequence[str] = tuple(EXECUTIONS),
+    norm_types: Sequence[str] = tuple(NORM_VARIANTS),
 ) -> str:
     out = [f"Whole models, {torch.get_num_threads()} threads, fp32."]
     for family_key in families:
         family, build = FAMILIES[family_key]
         models, inputs = build(smoke)
+        models = {name: model for name, model in models.items() if name in {"layernorm", *norm_types}}
         shape = "x".join(str(size) for size in next(iter(inputs.values())).shape)
         kind = "tiny" if smoke else "ViT-S/16 size" if family == "ViT" else "real MiniLM"
         family = f"{family} ({kind}), input {shape}"
@@ -173,11 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--executions", nargs="+", choices=list(EXECUTIONS), default=list(EXECUTIONS))
+    parser.add_argument("--norm-types", nargs="+", choices=list(NORM_VARIANTS), default=list(NORM_VARIANTS))
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args(argv)
     executions = ["eager"] if args.no_compile else args.executions
     rounds = 2 if args.smoke else args.rounds
-    print(run(args.smoke, rounds, args.families, args.modes, executions))
+    print(run(args.smoke, rounds, args.families, args.modes, executions, args.norm_types))
 
 
 if __name__ == "__main__":

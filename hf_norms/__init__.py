@@ -1,7 +1,8 @@
 """hf-norms: DyT, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT, DINOv2 and BERT models.
 
-Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig` and every
-matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works. The names below are the public API;
+Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig`
+and every matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed,
+their default PEFT target modules. The names below are the public API;
 each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) when first used.
 """
 
@@ -39,6 +40,7 @@ PUBLIC_MODULES = {
     "models.modeling_dinov2_norm": ["Dinov2NormForImageClassification", "Dinov2NormModel"],
     "models.modeling_vit_norm": ["ViTNormForImageClassification", "ViTNormForMaskedImageModeling", "ViTNormModel"],
     "models.auto_registration": ["register_auto_classes"],
+    "models.peft_registration": ["register_peft_defaults"],
     "conversion.convert": ["convert", "convert_model"],
     "hub.publish": ["push_to_hub"],
 }  # fmt: skip
@@ -66,8 +68,10 @@ def _imported_by_the_command_line() -> bool:
 
 
 install_moved_module_finder()
-# Importing the package must register the Auto classes for users (`import hf_norms` then `AutoModel.from_pretrained`),
-# which imports torch and transformers (2-3 s). The `hf-norms` command registers them itself when a subcommand runs
-# (`cli.main`), so that its `--help` and `--version` answer at once: it skips the registration here.
+# Importing the package must register the Auto classes (and PEFT's defaults) for users (`import hf_norms` then
+# `AutoModel.from_pretrained`), which imports torch and transformers (2-3 s). The `hf-norms` command registers the Auto
+# classes itself when a subcommand runs (`cli.main`), so that its `--help` and `--version` answer at once: it skips the
+# registration here.
 if not _imported_by_the_command_line():
     __getattr__("register_auto_classes")()
+    __getattr__("register_peft_defaults")()

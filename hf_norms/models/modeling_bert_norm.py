@@ -50,7 +50,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_bert_norm import BertNormConfig
 from .modeling_norm_utils import NormPreTrainedMixin
-from .norms import LapePositionCache, TokenLayout, build_norm, build_position_norm
+from .norms import TokenLayout, build_norm, build_position_norm, lape_position_embeddings
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_bert_norm.BertNormConfig",
@@ -87,13 +87,6 @@ class BertNormEmbeddings(BertEmbeddings):
         super().__init__(config)
         self.LayerNorm = sequence_norm(config)
         self.add_position_embeddings = not (config.norm_type == "lape" and not config.lape_keep_input_pe)
-
-    def position_key(self, position_ids: torch.Tensor | None, past_length: int, seq_length: int) -> tuple | None:
-        """What the default position embeddings depend on (for LaPE's cache); None for caller-given position ids."""
-        if position_ids is not None:
-            return None
-        table = self.position_embeddings.weight
-        return (table.data_ptr(), table._version, past_length, seq_length)
 
     def forward(
         self,
@@ -202,7 +195,6 @@ class BertNormEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.layer = nn.ModuleList([BertNormLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.lape_positions = LapePositionCache()
 
     def forward(
         self,
@@ -214,13 +206,12 @@ class BertNormEncoder(nn.Module):
         past_key_values: Cache | None = None,
         use_cache: bool | None = None,
         token_layout: TokenLayout | None = None,
-        position_key: tuple | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         pe_norms = [layer.pe_norm for layer in self.layer if layer.pe_norm is not None]
         if pe_norms:
             cascade = self.config.lape_mode == "cascade"
-            per_layer = self.lape_positions(pe_norms, position_embeddings, cascade, position_key, self.training)
+            per_layer = lape_position_embeddings(pe_norms, position_embeddings, cascade)
         else:
             per_layer = [None] * len(self.layer)
         for layer_module, layer_position_embeddings in zip(self.layer, per_layer, strict=True):
@@ -270,7 +261,7 @@ class BertNormModel(BertNormPreTrainedModel, BertModel):
         padding_mask = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
         if padding_mask is not None and padding_mask.shape[1] != seq_length:
             padding_mask = padding_mask[:, -seq_length:]
-        return TokenLayout(num_prefix_tokens, (1, max(seq_length - num_prefix_tokens, 0)), padding_mask)
+        return TokenLayout(num_prefix_tokens, (1, seq_length - num_prefix_tokens), padding_mask)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -326,7 +317,6 @@ class BertNormModel(BertNormPreTrainedModel, BertModel):
             past_key_values=past_key_values,
             use_cache=use_cache,
             token_layout=layout,
-            position_key=self.embeddings.position_key(position_ids, past_key_values_length, seq_length),
             position_ids=position_ids,
             **kwargs,
         )

@@ -31,7 +31,7 @@ from transformers.utils import TransformersKwargs
 from .configuration_dinov2_norm import Dinov2NormConfig
 from .modeling_norm_utils import register_stock_key_renames
 from .modeling_vision_norm import VisionNormEmbeddings, VisionNormModel, VisionNormPreTrainedModel
-from .norms import LapePositionCache, TokenLayout, build_norm, build_position_norm
+from .norms import TokenLayout, build_norm, build_position_norm
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_dinov2_norm.Dinov2NormConfig",
@@ -120,7 +120,6 @@ class Dinov2NormModel(Dinov2NormPreTrainedModel, VisionNormModel):
         self.embeddings = Dinov2NormEmbeddings(config, use_mask_token=config.use_mask_token)
         self.encoder = Dinov2NormEncoder(config)
         self.layernorm = build_norm(config, config.num_prefix_tokens)
-        self.lape_positions = LapePositionCache()
         self.post_init()
 
     @property

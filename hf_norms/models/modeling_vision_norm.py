@@ -37,7 +37,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .modeling_norm_utils import NormPreTrainedMixin
-from .norms import LapePositionCache, TokenLayout, build_norm, build_position_norm
+from .norms import TokenLayout, build_norm, build_position_norm, lape_position_embeddings
 
 PREFIX_TOKEN_NAMES = ("cls_token", "distillation_token")
 
@@ -211,7 +211,6 @@ class VisionNormModel(VisionNormPreTrainedModel):
         self.layers = nn.ModuleList([VisionNormLayer(config) for _ in range(config.num_hidden_layers)])
         self.layernorm = build_norm(config, config.num_prefix_tokens)
         self.pooler = ViTPooler(config) if add_pooling_layer else None
-        self.lape_positions = LapePositionCache()
         self.post_init()
 
     def get_input_embeddings(self) -> ViTPatchEmbeddings:
@@ -269,10 +268,8 @@ class VisionNormModel(VisionNormPreTrainedModel):
         layers = self.encoder_layers
         pe_norms = [layer.pe_norm for layer in layers if layer.pe_norm is not None]
         if pe_norms:
-            source = self.embeddings.position_embeddings
-            source_key = (source.data_ptr(), source._version, *pixel_values.shape[-2:], bool(interpolate_pos_encoding))
             cascade = self.config.lape_mode == "cascade"
-            per_layer = self.lape_positions(pe_norms, position_embeddings, cascade, source_key, self.training)
+            per_layer = lape_position_embeddings(pe_norms, position_embeddings, cascade)
         else:
             per_layer = [None] * len(layers)
 

@@ -1,5 +1,6 @@
 """Dynamic Token Normalization (DTN): LayerNorm statistics mixed, per head, with position-aware statistics across
-tokens (Shao et al.), with its fast paths: separable token mixing and written-out backwards.
+tokens (Shao et al.): the module, its separable token mixing and the plain formula every runtime can trace; the eager
+float32 fast path lives in `norm_dtn_fast.py`.
 
 Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
 """
@@ -11,12 +12,14 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import math
-from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
+from .norm_dtn_fast import TokenGrid, fast_token_norm, gates_are_one
+from .runtime import autocast_off, compute_dtype, is_eager_full_precision, result_dtype
 from .token_layout import TokenLayout
 
 
@@ -54,183 +57,81 @@ def axis_mixing(
     return logits.softmax(dim=-1)
 
 
-@dataclass(frozen=True)
-class TokenGrid:
-    """Views between DTN's `[B, N, C]` activations and its per-head grid layout `[H, B, cols, rows, D]`."""
+class PositionProjection(nn.Module):
+    """DTN's `pos_proj`, the paper's `Linear(3, H)` from relative offsets `(dx, dy, dx^2 + dy^2)` to each head's logit,
+    held as plain parameters: `weight` `[H, 3]` (`a_h`) and `bias` `[H]` (`b_h`), the state-dict keys of the Linear.
 
-    num_prefix_tokens: int
-    grid_size: tuple[int, int]  # (rows, cols)
-    num_heads: int
-    shape: torch.Size  # [B, N, C]
+    Not an `nn.Linear`, so that tools which adapt every Linear layer (peft's `target_modules="all-linear"`) leave this
+    part of the norm alone. DTN never applies it as a layer: the logits are separable (`axis_mixing`) and `b_h`
+    cancels in the softmax.
+    """
 
-    @property
-    def normalized_shape(self) -> tuple[int]:
-        return (self.shape[-1],)
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(torch.zeros(weight.shape[0]))
 
-    def view(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`[B, N, C]` -> the grid tokens as `[H, B, cols, rows, D]` (a view)."""
-        batch, _, hidden = self.shape
-        rows, cols = self.grid_size
-        grid = tensor[:, self.num_prefix_tokens :].reshape(batch, rows, cols, self.num_heads, hidden // self.num_heads)
-        return grid.permute(3, 0, 2, 1, 4)
-
-    def per_token(self, statistic: torch.Tensor) -> torch.Tensor:
-        """`[B, N, 1]` -> `[1, B, cols, rows, 1]`."""
-        rows, cols = self.grid_size
-        return statistic[:, self.num_prefix_tokens :].view(1, self.shape[0], rows, cols, 1).transpose(2, 3)
-
-    def per_head(self, gate: torch.Tensor) -> torch.Tensor:
-        """`[H]` -> `[H, 1, 1, 1, 1]`."""
-        return gate.view(self.num_heads, 1, 1, 1, 1)
-
-    def per_channel(self, parameter: torch.Tensor) -> torch.Tensor:
-        """`[C]` -> `[H, 1, 1, 1, D]`."""
-        return parameter.view(self.num_heads, 1, 1, 1, -1)
+    def extra_repr(self) -> str:
+        return f"in_features=3, out_features={self.weight.shape[0]}"
 
 
-def gates_are_one(mean_gate: torch.Tensor, var_gate: torch.Tensor) -> bool:
-    return bool((mean_gate == 1).all() and (var_gate == 1).all())
+def mix_values(values: torch.Tensor, column_mixing: torch.Tensor, row_mixing: torch.Tensor | None) -> torch.Tensor:
+    """`P_h @ values` for `values` `[B, rows, cols, H, K]`, with `P_h = P_rows (x) P_cols` (`axis_mixing`); returns the
+    same shape (a permuted view).
+
+    `column_mixing`: `[H, cols, cols]`, applied to all examples as one `[cols, cols] @ [cols, B * rows * K]` product per
+    head, or `[B, H, cols, cols]` with padding (one-row layouts: text), one matrix per example. `row_mixing`: `[H, rows,
+    rows]`, or None for one row.
+    """
+    rows, cols, heads, depth = values.shape[1:]
+    if column_mixing.dim() == 4:  # [B, H, cols, cols] @ [B, H, cols, K]
+        return (column_mixing @ values[:, 0].transpose(1, 2)).transpose(1, 2).unsqueeze(1)
+    columns = values.permute(3, 2, 0, 1, 4).reshape(heads, cols, -1)  # [H, cols, B * rows * K]
+    mixed = (column_mixing @ columns).view(heads, cols, -1, rows, depth)
+    if row_mixing is not None:
+        by_rows = mixed.permute(0, 3, 1, 2, 4).reshape(heads, rows, -1)  # [H, rows, cols * B * K]
+        mixed = (row_mixing @ by_rows).view(heads, rows, cols, -1, depth).permute(0, 2, 3, 1, 4)
+    return mixed.permute(2, 3, 1, 0, 4)
 
 
-def token_norm(
-    layer_norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    stacked: torch.Tensor,
-    mixed: torch.Tensor,
+def token_norm_formula(
+    hidden_states: torch.Tensor,
+    num_prefix_tokens: int,
+    grid_size: tuple[int, int],
+    column_mixing: torch.Tensor,
+    row_mixing: torch.Tensor | None,
     mean_gate: torch.Tensor,
     var_gate: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor,
     eps: float,
-    grid: TokenGrid,
-    keep: bool,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
-    """DTN's output `[B, N, C]` from `native_layer_norm`'s `(output, mean, rstd)` of the input, the values
-    `stacked = [x_h, x_h * x_h]` and their mixing `mixed = [P_h @ x_h, P_h @ (x_h * x_h)]` (both `[H, B, cols, rows,
-    2, D]`, in the same memory order), by the formula of `DynamicTokenNorm`.
+) -> torch.Tensor:
+    """DTN's output `[B, N, C]` for `hidden_states` `[B, N, C]`, by the equations of `DynamicTokenNorm`, as plain
+    functional tensor code: what `torch.compile`, `torch.export`, the ONNX exporters, autocast and 16-bit weights run.
 
-    Without `keep`, `mixed` and LayerNorm's output are overwritten (and returned as the output) and nothing is kept;
-    with `keep` (for the backward), the inputs are left as they are and the tensors the backward needs are returned: `(inter, inv_std, normalized, not_clamped)`, with
-    `inter = max(P_h @ x^2 - (P_h @ x)^2, 0) + eps`, `inv_std = 1 / sqrt(var_h + eps)`, `normalized = (x - mu_h) *
-    inv_std` and `not_clamped = P_h @ x^2 - (P_h @ x)^2 >= 0`.
+    `mu_ln, var_ln` are computed for every token; prefix tokens are normalised with them (LayerNorm). The heads of the
+    grid tokens, `x_h` `[B, rows, cols, H, D]`, and their squares are mixed together by `mix_values` (the mixing
+    matrices as it takes them, in the dtype of `hidden_states`). The inter-token variance is clamped at 0 against
+    rounding. Shapes come from `grid_size` and the parameters, with -1 for the batch, so that every tracer keeps the
+    batch size (and the text length, through `grid_size`) dynamic.
     """
-    out, mean_ln, inv_std_ln = layer_norm
-    mean_ln, var_eps_ln = grid.per_token(mean_ln), grid.per_token(inv_std_ln.pow(-2))  # var_ln + eps
-    mean_inter, square_inter = mixed[..., 0, :], mixed[..., 1, :]  # P_h @ x_h, P_h @ (x_h * x_h)
-    mean_gate, var_gate = grid.per_head(mean_gate), grid.per_head(var_gate)
-    if keep:
-        variance = torch.addcmul(square_inter, mean_inter, mean_inter, value=-1)
-        not_clamped = variance >= 0
-        inter = variance.clamp_min_(0).add_(eps)
-        inv_std = torch.lerp(inter, var_eps_ln, var_gate).rsqrt_()
-        mean = torch.lerp(mean_inter, mean_ln, mean_gate)
-    else:
-        inter = square_inter.addcmul_(mean_inter, mean_inter, value=-1).clamp_min_(0).add_(eps)
-        inv_std = inter.lerp_(var_eps_ln, var_gate).rsqrt_()
-        mean = mean_inter.lerp_(mean_ln, mean_gate)
-    normalized = torch.sub(stacked[..., 0, :], mean, out=mean).mul_(inv_std)
-    if not gates_are_one(mean_gate, var_gate):
-        torch.addcmul(grid.per_channel(bias), normalized, grid.per_channel(weight), out=grid.view(out))
-    return out, ((inter, inv_std, normalized, not_clamped) if keep else None)
+    rows, cols = grid_size
+    heads, hidden, p = mean_gate.shape[0], weight.shape[0], num_prefix_tokens
+    mean_ln = hidden_states.mean(-1, keepdim=True)  # [B, N, 1]
+    var_ln = (hidden_states - mean_ln).square().mean(-1, keepdim=True)  # biased, as LayerNorm
+    prefix = (hidden_states[:, :p] - mean_ln[:, :p]) * torch.rsqrt(var_ln[:, :p] + eps)  # LayerNorm
 
-
-class StackValues(torch.autograd.Function):
-    """`[x_h, x_h * x_h]`: the grid tokens of `hidden_states` `[B, N, C]` and their squares side by side,
-    `[H, B, cols, rows, 2, D]`, for one token mixing of both. With `columns_first` the memory is ordered
-    `[H, cols, B, rows, 2, D]` (a transposed view is returned), so `DynamicTokenNorm.mix_tokens` mixes columns with
-    one `[cols, cols]` product per head. The backward, `dx = d[x] + 2 x d[x * x]` for grid tokens and 0 for prefix
-    tokens, is written into `[B, N, C]` order in one pass.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden_states: torch.Tensor, grid: TokenGrid, columns_first: bool) -> torch.Tensor:
-        values = grid.view(hidden_states)
-        heads, batch, cols, rows, depth = values.shape
-        if columns_first:
-            stacked = values.new_empty(heads, cols, batch, rows, 2, depth).transpose(1, 2)
-        else:
-            stacked = values.new_empty(heads, batch, cols, rows, 2, depth)
-        stacked[..., 0, :] = values
-        torch.mul(stacked[..., 0, :], stacked[..., 0, :], out=stacked[..., 1, :])
-        ctx.grid = grid
-        ctx.save_for_backward(stacked)
-        return stacked
-
-    @staticmethod
-    def backward(ctx, grad_stacked: torch.Tensor):
-        (stacked,) = ctx.saved_tensors
-        grid: TokenGrid = ctx.grid
-        grad_x = grad_stacked.new_empty(grid.shape)
-        grad_x[:, : grid.num_prefix_tokens] = 0
-        values, grad_values, grad_squares = stacked[..., 0, :], grad_stacked[..., 0, :], grad_stacked[..., 1, :]
-        torch.addcmul(grad_values, values, grad_squares, value=2, out=grid.view(grad_x))
-        return grad_x, None, None
-
-
-class TokenNormFunction(torch.autograd.Function):
-    """`token_norm` with a written-out backward: autograd's took four times as long through some 40 elementwise steps.
-
-    Inputs: `hidden_states` `[B, N, C]`, `stacked` and `mixed` `[H, B, cols, rows, 2, D]` (see `token_norm`), the gates
-    `[H]`, `weight`, `bias` `[C]`, `eps` and the `TokenGrid`. The gradient of `mixed` continues through the token mixing
-    under autograd; `stacked` gets none here (its `x` half serves as `x` in the mixing order).
-
-    Backward, per element of the grid (sums over the broadcast dimensions), with `g = dy * weight`, `r = inv_std`,
-    `n = normalized`:
-        dx += g r                                  (through x - mu_h)
-        dvar_h = -g n r^2 / 2,   dmu_h = -g r
-        dl_mu = sum dmu_h (mu_ln - P x),           dl_var = sum dvar_h (var_ln + eps - inter)
-        d(P x) = (1 - l_mu) dmu_h - 2 (P x) dv,    d(P x^2) = dv,  with dv = (1 - l_var) dvar_h [not clamped]
-        dx_token += (sum_h,d l_mu dmu_h) / C + (sum_h,d l_var dvar_h) * 2 (x - mu_ln) / C   (LayerNorm statistics)
-    Prefix tokens take LayerNorm's own backward.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden_states, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid):
-        layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, weight, bias, eps)
-        out, saved = token_norm(layer_norm, stacked, mixed, mean_gate, var_gate, weight, bias, eps, grid, keep=True)
-        ctx.grid = grid
-        ctx.save_for_backward(hidden_states, *layer_norm[1:], stacked, mixed, mean_gate, var_gate, weight, bias, *saved)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, mean_ln, inv_std_ln, stacked, mixed, mean_gate, var_gate, weight, bias, *saved = ctx.saved_tensors
-        inter, inv_std, normalized, not_clamped = saved
-        grid: TokenGrid = ctx.grid
-        grad_output = grad_output.contiguous()
-        # Fresh large buffers cost page faults on CPU: the temporaries share one `scratch` buffer, and everything is
-        # computed in the memory order of the saved tensors.
-        grad_grid = torch.empty_like(normalized).copy_(grid.view(grad_output))
-        scratch = torch.empty_like(normalized)
-        grad_weight = torch.mul(grad_grid, normalized, out=scratch).sum((1, 2, 3)).reshape(-1)
-        grad_bias = grad_grid.sum((1, 2, 3)).reshape(-1)
-        grad_x = torch.empty_like(x)
-        prefix = grid.num_prefix_tokens
-        if prefix:
-            grad_prefix, grad_weight_prefix, grad_bias_prefix = torch.ops.aten.native_layer_norm_backward(
-                *(t[:, :prefix].contiguous() for t in (grad_output, x)), grid.normalized_shape,
-                *(t[:, :prefix].contiguous() for t in (mean_ln, inv_std_ln)), weight, bias, [True, True, True],
-            )  # fmt: skip
-            grad_x[:, :prefix] = grad_prefix
-            grad_weight += grad_weight_prefix
-            grad_bias += grad_bias_prefix
-        mean_token, var_eps_token = grid.per_token(mean_ln), grid.per_token(inv_std_ln.pow(-2))
-        mean_inter = mixed[..., 0, :]
-        grad_normalized = grad_grid.mul_(grid.per_channel(weight))
-        grad_centred = grad_normalized * inv_std  # d/dx through x - mu_h; d/dmu_h is its negative
-        grad_var = grad_normalized.mul_(normalized).mul_(inv_std).mul_(inv_std).mul_(-0.5)  # d/dvar_h
-        grad_mean_gate = torch.sub(mean_inter, mean_token, out=scratch).mul_(grad_centred).sum((1, 2, 3, 4))
-        grad_var_gate = torch.sub(var_eps_token, inter, out=scratch).mul_(grad_var).sum((1, 2, 3, 4))
-        mean_gate, var_gate = grid.per_head(mean_gate), grid.per_head(var_gate)
-        grad_mean_token = -(grad_centred.sum(4, keepdim=True) * mean_gate).sum(0, keepdim=True)
-        grad_var_token = (grad_var.sum(4, keepdim=True) * var_gate).sum(0, keepdim=True)
-        grad_variance = grad_var.mul_(1 - var_gate).mul_(not_clamped)
-        grad_mixed = torch.empty_like(mixed)
-        torch.mul(grad_centred, mean_gate - 1, out=grad_mixed[..., 0, :]).addcmul_(mean_inter, grad_variance, value=-2)
-        grad_mixed[..., 1, :] = grad_variance
-        channels = x.shape[-1]
-        grad_token_x = torch.sub(stacked[..., 0, :], mean_token, out=scratch).mul_(grad_var_token * (2 / channels))
-        grid.view(grad_x).copy_(grad_token_x.add_(grad_centred).add_(grad_mean_token / channels))
-        return grad_x, None, grad_mixed, grad_mean_gate, grad_var_gate, grad_weight, grad_bias, None, None
+    x_h = hidden_states[:, p:].reshape(-1, rows, cols, heads, hidden // heads)  # [B, rows, cols, H, D]
+    mean_ln = mean_ln[:, p:].reshape(-1, rows, cols, 1, 1)
+    var_ln = var_ln[:, p:].reshape(-1, rows, cols, 1, 1)
+    mixed = mix_values(torch.cat([x_h, x_h * x_h], dim=-1), column_mixing, row_mixing)
+    mean_inter, square_inter = mixed.chunk(2, dim=-1)  # P_h @ x_h, P_h @ (x_h * x_h)
+    var_inter = (square_inter - mean_inter.square()).clamp_min(0)
+    l_mu, l_var = mean_gate[:, None], var_gate[:, None]  # [H, 1]
+    mu = l_mu * mean_ln + (1 - l_mu) * mean_inter
+    var = l_var * var_ln + (1 - l_var) * var_inter
+    tokens = ((x_h - mu) * torch.rsqrt(var + eps)).reshape(-1, rows * cols, hidden)
+    return torch.cat([prefix, tokens], dim=1) * weight + bias
 
 
 class DynamicTokenNorm(nn.Module):
@@ -245,7 +146,7 @@ class DynamicTokenNorm(nn.Module):
         y     = weight * (x - mu_h) / sqrt(var_h + eps) + bias
 
     `P_h = softmax_j(a_h . R_ij + b_h)` mixes tokens by their relative offsets `R_ij = (dx, dy, dx^2 + dy^2)`, with
-    `pos_proj = Linear(3, H)` holding `a_h, b_h`. Padding tokens (`layout.padding_mask == 0`) get no weight in `P_h`.
+    `pos_proj` (`PositionProjection`, the paper's `Linear(3, H)`) holding `a_h, b_h`. Padding tokens (`layout.padding_mask == 0`) get no weight in `P_h`.
     Prefix tokens use plain LayerNorm statistics. The gates `l_mu, l_var` (`mean_gate`, `var_gate`, `[H]`) are stored
     as their value, kept in `[0, 1]` by projection (`gates`): 0.5 is the paper's initial `sigmoid(0)`, and exactly 1
     is LayerNorm, from where training can still move them.
@@ -271,9 +172,11 @@ class DynamicTokenNorm(nn.Module):
         self.one_dimensional = one_dimensional
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.bias = nn.Parameter(torch.zeros(hidden_size))
-        self.pos_proj = nn.Linear(3, num_heads)
+        self.pos_proj = PositionProjection(local_position_init(num_heads, one_dimensional))
         self.mean_gate = nn.Parameter(torch.full((num_heads,), gate_init))
         self.var_gate = nn.Parameter(torch.full((num_heads,), gate_init))
+        # False runs the plain formula in eager float32 too (tests and benchmarks compare the two paths)
+        self.fast_path = True
 
     def init_parameters(self) -> None:
         init.ones_(self.weight)
@@ -299,69 +202,72 @@ class DynamicTokenNorm(nn.Module):
                 self.var_gate.clamp_(0, 1)
         return self.mean_gate.clamp(0, 1), self.var_gate.clamp(0, 1)
 
-    @staticmethod
-    def source_mask(layout: TokenLayout) -> torch.Tensor | None:
-        """`[B, cols]` bool mask of the grid tokens that may be mixed (False: padding), or None when all may be."""
+    def source_mask(self, layout: TokenLayout, fast_path: bool) -> torch.Tensor | None:
+        """`[B, cols]` bool mask of the grid tokens that may be mixed (False: padding), or None when all may be.
+
+        Only the eager fast path looks at the mask's values (an all-ones mask takes the shared-matrix path there);
+        traced runtimes keep any given mask, which computes the same.
+        """
         if layout.padding_mask is None:
             return None
         if layout.grid_size[0] != 1:
             raise ValueError("DTN takes a padding mask only for one-row layouts (text); images have no padding.")
         mask = layout.padding_mask[:, layout.num_prefix_tokens :].bool()
-        return None if bool(mask.all()) else mask
+        return None if fast_path and bool(mask.all()) else mask
 
-    def mix_tokens(self, stacked: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
-        """`P_h @ values` for `stacked` values of shape `[H, B, cols, rows, K, D]` (from `StackValues`), without
-        forming the `[H, M, M]` matrix `P_h`; returns the same shape.
+    def mixing_matrices(
+        self, grid_size: tuple[int, int], source_mask: torch.Tensor | None, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`P_h` as `(P_cols, P_rows)`: the `[H, cols, cols]` (`[B, H, cols, cols]` with `source_mask`) and `[H, rows,
+        rows]` (None for one row) softmaxes whose product is the softmax over the grid, `P_h = P_rows (x) P_cols`.
 
         The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
-        `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so the softmax over
-        the grid is the product of a softmax over columns and one over rows: `P_h = P_rows (x) P_cols`. Mixing along
-        columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel. Without padding, columns are
-        mixed by one `[cols, cols] @ [cols, B * rows * K * D]` product per head (memory ordered columns first); with
-        `source_mask` (`[B, cols]`, one-row layouts: text), each example has its own `[cols, cols]` matrix.
+        `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so mixing along
+        columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel.
         """
-        heads, batch, cols, rows = stacked.shape[:4]
-        weight = self.pos_proj.weight  # [H, 3]: coefficients of dx, dy, dx^2 + dy^2
-        column_mixing = axis_mixing(cols, weight[:, 0], weight[:, 2], source_mask).to(stacked.dtype)
-        if source_mask is not None:  # [H, B, cols, cols] @ [H, B, cols, K * D]
-            values = stacked.reshape(heads, batch, cols, -1)
-            return (column_mixing.transpose(0, 1) @ values).view(stacked.shape)
-        columns_first = stacked.transpose(1, 2)  # [H, cols, B, rows, K, D]
-        mixed = column_mixing @ columns_first.reshape(heads, cols, -1)  # [H, cols, cols] @ [H, cols, B * rows * K * D]
-        if rows > 1:
-            row_mixing = axis_mixing(rows, weight[:, 1], weight[:, 2], None).to(stacked.dtype)  # [H, rows, rows]
-            mixed = row_mixing[:, None] @ mixed.view(heads, cols * batch, rows, -1)
-        return mixed.view(columns_first.shape).transpose(1, 2)
+        rows, cols = grid_size
+        weight = self.pos_proj.weight.to(dtype)  # [H, 3]: coefficients of dx, dy, dx^2 + dy^2
+        column_mixing = axis_mixing(cols, weight[:, 0], weight[:, 2], source_mask)
+        row_mixing = axis_mixing(rows, weight[:, 1], weight[:, 2], None) if rows > 1 else None
+        return column_mixing, row_mixing
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
-        """The formula of the class docstring, per head and grid token, in the layout `[H, B, cols, rows, D]`.
+        """The formula of the class docstring for `hidden_states` `[B, N, C]`.
 
-        Prefix tokens keep LayerNorm's output, and the token statistics come with it (`native_layer_norm`). Gates at
-        exactly 1 keep LayerNorm's output for every token, so an exactly converted model is bit-identical to the
-        original; without autograd the inter-token work is then skipped, and otherwise it runs in place in two
-        buffers. With autograd, `TokenNormFunction` gives the written-out backward.
+        In eager float32 (or float64), the fast path of `norm_dtn_fast` (gates at exactly 1 then keep LayerNorm's output
+        for every token, bit for bit, and without autograd skip the inter-token work); everywhere else (compile, export,
+        ONNX, autocast, 16-bit) the plain `token_norm_formula`, in float32 with autocast off, as autocast runs LayerNorm.
+        The gates' in-place projection in training is traced as a mutation of the parameters (checked under compile).
         """
         if layout is None:
             raise ValueError("DynamicTokenNorm needs a TokenLayout (prefix tokens, grid size, padding mask).")
         layout.check_sequence(hidden_states)
-        grid = TokenGrid(layout.num_prefix_tokens, layout.grid_size, self.num_heads, hidden_states.shape)
         mean_gate, var_gate = self.gates()
-        source_mask = self.source_mask(layout)
-        if torch.is_grad_enabled():
-            stacked = StackValues.apply(hidden_states, grid, source_mask is None)
-            mixed = self.mix_tokens(stacked, source_mask)
-            return TokenNormFunction.apply(
-                hidden_states, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid
-            )
-        layer_norm = torch.native_layer_norm(hidden_states, grid.normalized_shape, self.weight, self.bias, self.eps)
-        if gates_are_one(mean_gate, var_gate):
-            return layer_norm[0]
-        stacked = StackValues.apply(hidden_states, grid, source_mask is None)
-        mixed = self.mix_tokens(stacked, source_mask)
-        out, _ = token_norm(
-            layer_norm, stacked, mixed, mean_gate, var_gate, self.weight, self.bias, self.eps, grid, keep=False
+        if self.fast_path and is_eager_full_precision(hidden_states, self.weight):
+            return self.fast_forward(hidden_states, layout, mean_gate, var_gate)
+        out_dtype, dtype = result_dtype(hidden_states), compute_dtype(hidden_states)
+        with autocast_off(hidden_states):
+            column_mixing, row_mixing = self.mixing_matrices(layout.grid_size, self.source_mask(layout, False), dtype)
+            parameters = (t.to(dtype) for t in (mean_gate, var_gate, self.weight, self.bias))
+            out = token_norm_formula(
+                hidden_states.to(dtype), layout.num_prefix_tokens, layout.grid_size, column_mixing, row_mixing,
+                *parameters, self.eps,
+            )  # fmt: skip
+        return out.to(out_dtype)
+
+    def fast_forward(
+        self, hidden_states: torch.Tensor, layout: TokenLayout, mean_gate: torch.Tensor, var_gate: torch.Tensor
+    ) -> torch.Tensor:
+        """`norm_dtn_fast.fast_token_norm`, with LayerNorm itself when the gates are exactly 1 without autograd."""
+        if not torch.is_grad_enabled() and gates_are_one(mean_gate, var_gate):
+            return F.layer_norm(hidden_states, hidden_states.shape[-1:], self.weight, self.bias, self.eps)
+        grid = TokenGrid(layout.num_prefix_tokens, layout.grid_size, self.num_heads, hidden_states.shape)
+        column_mixing, row_mixing = self.mixing_matrices(
+            layout.grid_size, self.source_mask(layout, True), hidden_states.dtype
         )
-        return out
+        return fast_token_norm(
+            hidden_states, grid, column_mixing, row_mixing, mean_gate, var_gate, self.weight, self.bias, self.eps
+        )
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, num_heads={self.num_heads}, eps={self.eps}, gate_init={self.gate_init}"

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from .runtime import is_traced
 from .token_layout import TokenLayout
 
 
@@ -31,16 +32,21 @@ class DynamicTanh(nn.Module):
         self.alpha = nn.Parameter(torch.full((hidden_size if per_channel else 1,), alpha_init))
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.bias = nn.Parameter(torch.zeros(hidden_size))
+        self.fast_path = True  # False (tests, benchmarks): the paper's tanh formula as written
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """Evaluated as `(2 * weight) * sigmoid(2 * alpha * x) + (bias - weight)`, the same function through
         `tanh(z) = 2 * sigmoid(2z) - 1`: CPU `sigmoid` is ~10x faster than `tanh`, and without autograd the three
-        passes run in place in one buffer. Half-precision inputs are computed in float32 and rounded once."""
+        passes run in place in one buffer (eagerly only: tracers get the functional form). Half-precision inputs are
+        computed in float32 and rounded once; under autocast too (its float32 result is rounded to the input's dtype).
+        With `fast_path` False, the paper's formula as written."""
+        if not self.fast_path:
+            return self.weight * torch.tanh(self.alpha * hidden_states) + self.bias
         compute_dtype = torch.promote_types(hidden_states.dtype, torch.float32)
         scaled = hidden_states.to(compute_dtype) * (2 * self.alpha).to(compute_dtype)
         weight = self.weight.to(compute_dtype)
         offset = self.bias.to(compute_dtype) - weight
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or is_traced():
             out = torch.addcmul(offset, torch.sigmoid(scaled), 2 * weight)
         else:
             out = torch.addcmul(offset, scaled.sigmoid_(), 2 * weight, out=scaled)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
+from .runtime import is_traced
 from .token_layout import TokenLayout
 
 
@@ -45,6 +46,9 @@ class SeparateNorm(nn.Module):
         self.prefix_norm = (
             nn.LayerNorm(hidden_size, eps=eps) if prefix_norm == "layernorm" else nn.BatchNorm1d(hidden_size)
         )
+        # Known from the config, not from the module's type: wrappers (peft's `modules_to_save`) hide the type.
+        self.prefix_over_batch = prefix_norm == "batchnorm"
+        self.fast_path = True  # False (tests, benchmarks) or tracing: normalise both parts and concatenate
 
     def init_parameters(self) -> None:
         """The prefix norm starts as a copy of the token norm's affine (the loaded LayerNorm's, when converting)."""
@@ -60,12 +64,16 @@ class SeparateNorm(nn.Module):
                 f"SepNorm separates {prefix} prefix token(s) from the rest, but the sequence has only "
                 f"{hidden_states.shape[1]} token(s): give it at least {prefix}."
             )
-        # One output buffer: every token through the token norm, then the few prefix rows overwritten in place
+        prefix_states = hidden_states[:, :prefix]
+        if self.prefix_over_batch:  # BatchNorm1d takes [B, C, prefix]
+            prefix_out = self.prefix_norm(prefix_states.transpose(1, 2)).transpose(1, 2)
+        else:
+            prefix_out = self.prefix_norm(prefix_states)
+        if not self.fast_path or is_traced():
+            tokens = F.layer_norm(hidden_states[:, prefix:], self.weight.shape, self.weight, self.bias, self.eps)
+            return torch.cat([prefix_out, tokens], dim=1)
+        # Eagerly, one output buffer: every token through the token norm, then the few prefix rows overwritten in place
         # (layer_norm's backward does not need its output), instead of normalising two slices and concatenating.
         out = F.layer_norm(hidden_states, self.weight.shape, self.weight, self.bias, self.eps)
-        prefix_states = hidden_states[:, :prefix]
-        if isinstance(self.prefix_norm, nn.modules.batchnorm._BatchNorm):
-            out[:, :prefix] = self.prefix_norm(prefix_states.transpose(1, 2)).transpose(1, 2)
-        else:
-            out[:, :prefix] = self.prefix_norm(prefix_states)
+        out[:, :prefix] = prefix_out
         return out

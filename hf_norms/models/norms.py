@@ -22,7 +22,7 @@ from torch import nn
 
 from .norm_dtn import DynamicTokenNorm
 from .norm_dyt import DynamicTanh
-from .norm_lape import LapePositionCache, PositionEmbeddingNorm
+from .norm_lape import PositionEmbeddingNorm, lape_position_embeddings
 from .norm_layernorm import LayerNorm
 from .norm_sepnorm import SeparateNorm
 from .token_layout import TokenLayout
@@ -31,7 +31,6 @@ __all__ = [
     "NORM_TYPES",
     "DynamicTanh",
     "DynamicTokenNorm",
-    "LapePositionCache",
     "LayerNorm",
     "NormSpec",
     "PositionEmbeddingNorm",
@@ -41,6 +40,7 @@ __all__ = [
     "build_position_norm",
     "function_preserving_options",
     "init_norm_parameters",
+    "lape_position_embeddings",
 ]
 
 

@@ -28,7 +28,10 @@ def dtn_reference(layer: DynamicTokenNorm, x: torch.Tensor, layout: TokenLayout)
     heads, prefix = layer.num_heads, layout.num_prefix_tokens
     weight, bias = layer.weight.double(), layer.bias.double()
     rows, cols = layout.grid_size
-    logits = layer.pos_proj.double()(relative_offsets(rows, cols).double())  # [M, M, H]
+    pos_proj = layer.pos_proj  # the paper's Linear(3, H)
+    logits = F.linear(
+        relative_offsets(rows, cols).double(), pos_proj.weight.double(), pos_proj.bias.double()
+    )  # [M, M, H]
     tokens = []  # built out of place, so that autograd can differentiate the reference too
     for b in range(batch):
         real = torch.ones(seq_len - prefix, dtype=torch.bool)
@@ -55,9 +58,10 @@ def dtn_reference(layer: DynamicTokenNorm, x: torch.Tensor, layout: TokenLayout)
     return out
 
 
-def random_dtn(hidden=24, heads=3) -> DynamicTokenNorm:
+def random_dtn(hidden=24, heads=3, fast_path=True) -> DynamicTokenNorm:
     torch.manual_seed(0)
     layer = DynamicTokenNorm(hidden, heads, eps=1e-6)
+    layer.fast_path = fast_path
     with torch.no_grad():
         for param in layer.parameters():
             param.normal_()
@@ -79,11 +83,16 @@ def dtn_case(grid: tuple[int, int], padding: str | None) -> tuple[torch.Tensor, 
     return x, TokenLayout(1, grid, mask if padding else None), mask.bool()
 
 
+FAST_PATH = pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "plain-formula"])
+
+
+@FAST_PATH
 @pytest.mark.parametrize("autograd", [True, False], ids=["autograd", "inference"])
 @pytest.mark.parametrize(("grid", "padding"), DTN_CASES)
-def test_dtn_matches_the_paper_formula(grid, padding, autograd):
-    """Both code paths (with autograd: LayerNorm plus a correction; without: the formula in place) are the paper's."""
-    layer = random_dtn()
+def test_dtn_matches_the_paper_formula(grid, padding, autograd, fast_path):
+    """Every code path (fast: with autograd LayerNorm plus a correction, without the formula in place; the plain formula
+    the other runtimes trace) is the paper's."""
+    layer = random_dtn(fast_path=fast_path)
     x, layout, rows = dtn_case(grid, padding)
     with torch.set_grad_enabled(autograd):
         out = layer(x, layout)
@@ -91,9 +100,10 @@ def test_dtn_matches_the_paper_formula(grid, padding, autograd):
     assert (out.double() - reference)[rows].abs().max().item() < 1e-4
 
 
+@FAST_PATH
 @pytest.mark.parametrize(("grid", "padding"), DTN_CASES)
-def test_dtn_gradients_match_the_paper_formula(grid, padding):
-    layer = random_dtn()
+def test_dtn_gradients_match_the_paper_formula(grid, padding, fast_path):
+    layer = random_dtn(fast_path=fast_path)
     x, layout, rows = dtn_case(grid, padding)
     x_fast, x_reference = x.clone().requires_grad_(), x.clone().requires_grad_()
     upstream = torch.randn(x.shape) * rows[..., None]

@@ -1,0 +1,110 @@
+"""Every family x norm_type in the runtimes users put models in, against eager float32: the fast paths against the
+plain formulas, bf16/fp16 autocast (a training step), bf16/fp16 weights, `torch.export` and the dynamo ONNX exporter
+run by onnxruntime (dynamic batch, and length for text), the TorchScript ONNX exporter, a peft LoRA round trip, and
+`torch.compile`. `benchmarks/runtimes.py` holds the cases, the checks and their tolerances, and prints the README's
+table on the whole grid (`python -m benchmarks.runtimes`, about 20 minutes on 2 cores).
+
+Families and norm types come from the code (`auto_registration.FAMILIES`, `hf_norms.NORM_TYPES`), so new ones join.
+The checks that take seconds run on the whole grid. Exporting takes 5-45 s per tiny model and compiling with inductor
+one to two minutes (2 shared cores, cold cache), so here: export for every norm type (families in turn) and DTN in
+every family; `torch.compile` with the `aot_eager` backend (dynamo's single graph and AOTAutograd's functional forward
+and backward, what inductor compiles) for every norm type; inductor itself on DTN with padded text.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import hf_norms
+from benchmarks import runtimes
+from hf_norms.models.auto_registration import FAMILIES
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FAMILY_NAMES = sorted(runtimes.family_heads())
+NORM_TYPES = sorted(hf_norms.NORM_TYPES)
+GRID = [(family, norm_type) for family in FAMILY_NAMES for norm_type in NORM_TYPES]
+# Seconds per tiny model each: every family x norm_type
+GRID_CHECKS = [
+    runtimes.eager_plain_formulas,
+    runtimes.autocast_training,
+    runtimes.half_weights,
+    runtimes.exported_torchscript,
+    runtimes.lora_round_trip,
+]
+# 5-45 s per tiny model each (DTN the most): every norm type in one family, the families taken in turn, and DTN in
+# every family; `python -m benchmarks.runtimes` runs them on the whole grid.
+ROTATION = [(FAMILY_NAMES[i % len(FAMILY_NAMES)], norm_type) for i, norm_type in enumerate(NORM_TYPES)]
+EXPORT_CASES = sorted(set(ROTATION) | {(family, "dtn") for family in FAMILY_NAMES})
+
+
+@functools.cache
+def case(family: str, norm_type: str) -> runtimes.Case:
+    """Each case built once for all checks (the checks work on copies)."""
+    return runtimes.make_case(family, norm_type, runtimes.family_heads()[family])
+
+
+def assert_within_tolerances(check, case: runtimes.Case) -> None:
+    results = check(case)
+    assert results.keys() == runtimes.CHECKS[check].keys()
+    for row, difference in results.items():
+        assert difference <= runtimes.tolerance(row, case.norm_type), f"{case.name}, {row}: {difference:.2e}"
+
+
+@pytest.mark.parametrize("check", GRID_CHECKS, ids=lambda check: check.__name__)
+@pytest.mark.parametrize(("family", "norm_type"), GRID)
+def test_every_runtime_computes_what_eager_float32_computes(family, norm_type, check):
+    assert_within_tolerances(check, case(family, norm_type))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "norm_type"), EXPORT_CASES)
+def test_torch_export_and_the_dynamo_onnx_exporter_compute_what_eager_computes(family, norm_type):
+    assert_within_tolerances(runtimes.exported, case(family, norm_type))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "norm_type"), ROTATION)
+def test_compiled_graphs_compute_what_eager_computes(family, norm_type):
+    assert_within_tolerances(runtimes.compiled_aot_eager, case(family, norm_type))
+
+
+@pytest.mark.slow
+def test_dtn_compiled_with_inductor_computes_what_eager_computes_with_padding():
+    """Inductor itself (about two minutes on 2 shared cores, cold): DTN on text with padded examples."""
+    assert_within_tolerances(runtimes.compiled, case("bert_norm", "dtn"))
+
+
+def test_the_grid_covers_every_family_and_norm_type():
+    assert {config_class.model_type for config_class, _ in FAMILIES} == set(FAMILY_NAMES)
+    assert {"bert_norm", "deit_norm", "vit_norm"} <= set(FAMILY_NAMES)
+    assert {norm_type for _, norm_type in GRID} == {norm_type for _, norm_type in ROTATION} == set(NORM_TYPES)
+
+
+def test_cases_have_parameters_off_their_initial_values():
+    model = case("vit_norm", "dtn").model
+    gates = torch.cat([p for name, p in model.named_parameters() if name.endswith(("mean_gate", "var_gate"))])
+    assert 0 < gates.min() and gates.max() < 1 and gates.std() > 0
+    alphas = torch.cat([p for name, p in case("bert_norm", "dyt").model.named_parameters() if name.endswith("alpha")])
+    assert not torch.allclose(alphas, torch.full_like(alphas, 0.5))
+    pe_norms = [p for name, p in case("deit_norm", "lape").model.named_parameters() if ".pe_norm." in name]
+    assert pe_norms and all(p.abs().min() > 0 for p in pe_norms)
+    assert (case("bert_norm", "dtn").inputs["attention_mask"] == 0).any()  # text checks run with padding
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_peft_lora_defaults_target_attention_and_all_linear_leaves_norm_internals_alone(family):
+    from peft import LoraConfig, get_peft_model
+
+    dtn = case(family, "dtn")
+    adapted = get_peft_model(dtn.copy(), LoraConfig(r=2))
+    targets = {name.rsplit(".", 1)[-1] for name, module in adapted.named_modules() if hasattr(module, "lora_A")}
+    assert targets in ({"query", "value"}, {"q_proj", "v_proj"})
+    adapted = get_peft_model(dtn.copy(), LoraConfig(r=2, target_modules="all-linear"))
+    wrapped = [name for name, module in adapted.named_modules() if hasattr(module, "lora_A")]
+    assert wrapped and not any("pos_proj" in name for name in wrapped)
+    saved_keys = {".".join(name.split(".")[-2:]) for name in dtn.model.state_dict()}
+    assert {"pos_proj.weight", "pos_proj.bias"} <= saved_keys  # checkpoints keep their keys
