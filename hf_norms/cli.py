@@ -57,6 +57,11 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=positive_int, default=128, help="text: tokens per example")
     parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--fold", action="store_true", help="fold gamma/beta into the next Linear layers (ViT/DeiT)")
+    parser.add_argument("--keep-layernorm", metavar="LAYERS",
+                        help="encoder layers that keep LayerNorm, e.g. 4,5 or 4-5 (--keep-layernorm=-1: the last)")  # fmt: skip
+    parser.add_argument("--target-cosine", type=float, metavar="C",
+                        help="DyT: keep LayerNorm in the fewest last layers that reach this cosine on the calibration "
+                        "data (e.g. 0.995); the report shows every choice")  # fmt: skip
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--allow-pickle", action="store_true", help="allow loading pytorch_model.bin (pickle) weights")
     parser.add_argument("--revision", help="Hub revision of the source")
@@ -79,6 +84,8 @@ def run_convert(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         batch_size=args.batch_size,
         fold=args.fold,
+        keep_layernorm=args.keep_layernorm,
+        target_cosine=args.target_cosine,
         overwrite=args.overwrite,
         allow_pickle=args.allow_pickle,
         revision=args.revision,
@@ -88,6 +95,10 @@ def run_convert(args: argparse.Namespace) -> int:
     for stage, metrics in report["stages"].items():
         e2e = metrics["end_to_end"]
         print(f"{stage}: max abs diff {e2e['max_abs_diff']:.3g}, mean cosine {e2e['mean_cosine']:.4f}")
+    sweep = report.get("layer_sweep")
+    if sweep:
+        print(f"LayerNorm kept in layers {sweep['chosen_layernorm_layers'] or 'none'} "
+              f"(target cosine {sweep['target_cosine']}{'' if sweep['reached'] else ', not reached'})")  # fmt: skip
     print(f"wrote {Path(args.output).resolve()} (report: conversion_report.md)")
     return 0
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from .checkpoint_io import ConversionError, resolve_source
 from .data import Examples, encode_batches, load_examples, probe_examples, run_model
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
+from .layer_choice import layer_norm_types, parse_layer_selection, sweep_layernorm_layers
 from .output_folders import check_output_location, check_replaceable, staged_output
 from .report import write_report
 from .sources import (
@@ -79,7 +81,7 @@ def norm_options(norm_type: str, options: dict[str, Any] | None) -> tuple[dict[s
 
 def parse_norm_options(items: list[str]) -> dict[str, Any]:
     """`KEY=VALUE` texts (the command line's `--option`) as norm options, each VALUE parsed by its option's type
-    (bool: true/false, int, float, str, none)."""
+    (bool: true/false, int, float, str, none, a comma-separated list)."""
     options = {}
     for text in items:
         key, sep, value = text.partition("=")
@@ -95,6 +97,8 @@ def parse_norm_options(items: list[str]) -> dict[str, Any]:
             options[key] = value.lower() in ("true", "1")
         elif value.lower() == "none" and "None" in kind:
             options[key] = None
+        elif "list" in kind:  # layer_norm_types=dyt,dyt,layernorm
+            options[key] = [part.strip() for part in value.split(",")]
         else:
             try:
                 options[key] = int(value) if "int" in kind else float(value) if "float" in kind else value
@@ -155,6 +159,8 @@ def convert_model(
     max_length: int = 128,
     batch_size: int = 16,
     fold: bool = False,
+    keep_layernorm: str | Sequence[int] | None = None,
+    target_cosine: float | None = None,
     progress: bool = False,
     **options: Any,
 ) -> nn.Module:
@@ -167,10 +173,15 @@ def convert_model(
     evaluation data the calibration examples after the first `calibration_samples` are held out for evaluation, or
     built-in probe inputs are used. `model` is left as it was. The returned model (the matching hf-norms class) carries
     the fidelity report as `conversion_report`, the dict `hf-norms convert` writes as `conversion_report.json`.
+
+    `keep_layernorm` (`"4,5"`, `"4-5"`, `[-1]`) keeps the original LayerNorm in those encoder layers; `target_cosine`
+    instead keeps LayerNorm in the fewest last layers that reach that mean cosine on the calibration data (see
+    `layer_choice`; DyT only), and the report's `layer_sweep` holds the fidelity of every choice.
     """
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
     merged, exact = norm_options(norm_type, options)
+    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact))
     if norm_type == "dyt" and calibration_data is None:
         raise ConversionError(
             "DyT cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: a .txt "
@@ -185,8 +196,13 @@ def convert_model(
     data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
                                evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged)
+    norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
-        stages, calibration_report = measure_stages(student, teacher, data, norm_type, exact, progress)
+        stages, calibration_report = measure_stages(student, teacher, data, norm_names, norm_type, exact, progress)
+        if target_cosine is not None:
+            student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
+                                                           target_cosine)  # fmt: skip
+            stages["calibrated"] = measure_fidelity(student, teacher, data.evaluation_batches, norm_names)
     finally:
         teacher.train(training)
     student.conversion_report = {
@@ -204,9 +220,49 @@ def convert_model(
         "evaluation": data.evaluation_record(max_length),
         "stages": stages,
     }
+    if target_cosine is not None:
+        student.conversion_report["layer_sweep"] = layer_sweep
     if fold:
         student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
     return student
+
+
+def layer_plan(
+    norm_type: str, num_layers: int, keep_layernorm: Any, target_cosine: float | None, exact: bool
+) -> dict[str, Any]:
+    """The `layer_norm_types` option that `keep_layernorm` asks for (empty when it is None), after checking that the
+    per-layer choice fits: not both ways at once, not LaPE, and a target cosine only where the conversion is inexact."""
+    if keep_layernorm is not None and target_cosine is not None:
+        raise ConversionError("Give either --keep-layernorm or --target-cosine, not both.")
+    if norm_type == "lape" and (keep_layernorm is not None or target_cosine is not None):
+        raise ConversionError(
+            "LaPE's position norms span all layers: --keep-layernorm and --target-cosine do not apply."
+        )
+    if target_cosine is not None:
+        if exact:
+            raise ConversionError(f"The {norm_type} conversion is exact: there is no LayerNorm layer to choose.")
+        if not 0 < target_cosine <= 1:
+            raise ConversionError(f"--target-cosine must be in (0, 1], got {target_cosine}.")
+        return {}
+    if keep_layernorm is None:
+        return {}
+    kept = parse_layer_selection(keep_layernorm, num_layers)
+    return {"layer_norm_types": layer_norm_types(norm_type, num_layers, kept)}
+
+
+def choose_layernorm_layers(
+    student: nn.Module, teacher: nn.Module, source: SourceModel, options: dict[str, Any], data: ConversionData,
+    norm_names: list[str], target_cosine: float,
+) -> tuple[nn.Module, dict[str, Any]]:  # fmt: skip
+    """`layer_choice.sweep_layernorm_layers` on the calibrated `student`, with variants built like `build_student`."""
+    if data.calibration_batches is None:
+        raise ConversionError("--target-cosine measures on the calibration data: give --calibration-data.")
+
+    def build(types: list[str] | None) -> nn.Module:
+        return build_student(teacher, source, student.config.norm_type, {**options, "layer_norm_types": types})
+
+    batches = {"calibration": data.calibration_batches, "evaluation": data.evaluation_batches}
+    return sweep_layernorm_layers(student, teacher, norm_names, build, batches, target_cosine)
 
 
 def own_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -258,6 +314,8 @@ def convert(
     max_length: int = 128,
     batch_size: int = 16,
     fold: bool = False,
+    keep_layernorm: str | Sequence[int] | None = None,
+    target_cosine: float | None = None,
     overwrite: bool = False,
     allow_pickle: bool = False,
     revision: str | None = None,
@@ -285,7 +343,8 @@ def convert(
     student = convert_model(
         teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
         calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
-        batch_size=batch_size, fold=fold, progress=progress, **dict(options or {}),
+        batch_size=batch_size, fold=fold, keep_layernorm=keep_layernorm, target_cosine=target_cosine,
+        progress=progress, **dict(options or {}),
     )  # fmt: skip
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
@@ -342,16 +401,22 @@ class ConversionData:
 
 
 def measure_stages(
-    student: nn.Module, teacher: nn.Module, data: ConversionData, norm_type: str, exact: bool, progress: bool
+    student: nn.Module,
+    teacher: nn.Module,
+    data: ConversionData,
+    norm_names: list[str],
+    norm_type: str,
+    exact: bool,
+    progress: bool,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT, calibrating on the way), and the
-    calibration's record."""
-    norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
+    """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT, calibrating on the way the norms of
+    `norm_names` that are not LayerNorm), and the calibration's record."""
     measure = lambda: measure_fidelity(student, teacher, data.evaluation_batches, norm_names)  # noqa: E731
     if norm_type != "dyt":
         return {"exact" if exact else "naive": measure()}, None
     stages = {"naive": measure()}
-    result = calibrate_dyt(student, teacher, data.calibration_batches, norm_names, progress=progress)
+    replaced = [name for name in norm_names if not isinstance(student.get_submodule(name), nn.LayerNorm)]
+    result = calibrate_dyt(student, teacher, data.calibration_batches, replaced, progress=progress)
     stages["calibrated"] = measure()
     record = {
         "data": data.calibration.description,

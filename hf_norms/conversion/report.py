@@ -108,7 +108,35 @@ def report_markdown(report: dict[str, Any]) -> str:
     ]
     for name in names:
         lines.append(f"| `{name}` | " + " | ".join(_number(stages[s]["per_norm"].get(name)) for s in stages) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + layer_sweep_markdown(report.get("layer_sweep"))) + "\n"
+
+
+def layer_sweep_markdown(sweep: dict[str, Any] | None) -> list[str]:
+    """The `--target-cosine` sweep as Markdown lines: fidelity against the number of normalization-free layers."""
+    if not sweep:
+        return []
+    kept = sweep["chosen_layernorm_layers"]
+    outcome = "reached" if sweep["reached"] else "not reached; every layer keeps LayerNorm"
+    lines = [
+        "",
+        "## LayerNorm layers kept",
+        "",
+        f"Target mean cosine {sweep['target_cosine']} on the calibration data ({outcome}); chosen: LayerNorm in "
+        f"{'layers ' + ', '.join(map(str, kept)) if kept else 'no layer'}. Method: {sweep['method']}.",
+        "",
+        "| normalization-free layers | LayerNorm layers | calibration cosine | calibration max abs diff | "
+        "evaluation cosine | evaluation max abs diff |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in sweep["rows"]:
+        layers = ", ".join(map(str, row["layernorm_layers"])) or "none"
+        calibration, evaluation = row["calibration"], row["evaluation"]
+        lines.append(
+            f"| {row['norm_free_layers']} | {layers} | {_number(calibration['mean_cosine'])} | "
+            f"{_number(calibration['max_abs_diff'])} | {_number(evaluation['mean_cosine'])} | "
+            f"{_number(evaluation['max_abs_diff'])} |"
+        )
+    return lines
 
 
 def plot_per_norm_error(report: dict[str, Any], path: Path) -> None:
@@ -117,8 +145,12 @@ def plot_per_norm_error(report: dict[str, Any], path: Path) -> None:
 
     stages = report["stages"]
     names = list(next(iter(stages.values()))["per_norm"]) if stages else []
-    figure = Figure(figsize=(max(6.0, 0.35 * len(names) + 2), 4.2), dpi=110)
-    axes = figure.subplots()
+    sweep = report.get("layer_sweep")
+    width = max(6.0, 0.35 * len(names) + 2)
+    figure = Figure(figsize=(width + (4.5 if sweep else 0), 4.2), dpi=110)
+    axes, *sweep_axes = figure.subplots(1, 2, width_ratios=[width, 4.5]) if sweep else [figure.subplots()]
+    if sweep:
+        plot_layer_sweep(sweep, sweep_axes[0])
     floor = 1e-9
     for stage, metrics in stages.items():
         values = [max(metrics["per_norm"][name], floor) for name in names]
@@ -132,6 +164,22 @@ def plot_per_norm_error(report: dict[str, Any], path: Path) -> None:
     axes.legend()
     figure.tight_layout()
     figure.savefig(path)
+
+
+def plot_layer_sweep(sweep: dict[str, Any], axes) -> None:
+    """Mean cosine (calibration and evaluation data) against the number of normalization-free layers, the target as a
+    dashed line."""
+    rows = sorted(sweep["rows"], key=lambda row: row["norm_free_layers"])
+    free = [row["norm_free_layers"] for row in rows]
+    for data_name in ("calibration", "evaluation"):
+        axes.plot(free, [row[data_name]["mean_cosine"] for row in rows], marker="o", label=f"{data_name} data")
+    axes.axhline(sweep["target_cosine"], linestyle="--", color="grey", label="target")
+    axes.set_xticks(free)
+    axes.set_xlabel("normalization-free layers (the rest keep LayerNorm)")
+    axes.set_ylabel("mean cosine to the original")
+    axes.set_title("fidelity against depth without LayerNorm", fontsize=10)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8)
 
 
 def _short_name(name: str) -> str:

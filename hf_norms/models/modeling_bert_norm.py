@@ -50,7 +50,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_bert_norm import BertNormConfig
 from .modeling_norm_utils import NormPreTrainedMixin
-from .norms import TokenLayout, build_norm, build_position_norm, lape_position_embeddings
+from .norms import FIRST_LAYER, LAST_LAYER, TokenLayout, build_norm, build_position_norm, lape_position_embeddings
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_bert_norm.BertNormConfig",
@@ -66,14 +66,15 @@ FAMILY_AUTO_MAP = {
 }
 
 
-def sequence_norm(config: BertNormConfig) -> nn.Module:
+def sequence_norm(config: BertNormConfig, layer_index: int) -> nn.Module:
     """The norm at an encoder position (embeddings, attention output, FFN output): text is one row after [CLS]."""
-    return build_norm(config, config.num_prefix_tokens, one_dimensional=True)
+    return build_norm(config, config.num_prefix_tokens, layer_index=layer_index, one_dimensional=True)
 
 
-def head_norm(config: BertNormConfig) -> nn.Module:
-    """The norm inside a task head, which sees no token layout: token-mixing norms (DTN) stay LayerNorm there."""
-    return build_norm(config, config.num_prefix_tokens, one_dimensional=True, per_token=True)
+def head_norm(config: BertNormConfig, layer_index: int = LAST_LAYER) -> nn.Module:
+    """The norm inside a task head (or a cross-attention), which sees no token layout: token-mixing norms (DTN) stay
+    LayerNorm there."""
+    return build_norm(config, config.num_prefix_tokens, layer_index=layer_index, one_dimensional=True, per_token=True)
 
 
 class BertNormEmbeddings(BertEmbeddings):
@@ -85,7 +86,7 @@ class BertNormEmbeddings(BertEmbeddings):
 
     def __init__(self, config: BertNormConfig):
         super().__init__(config)
-        self.LayerNorm = sequence_norm(config)
+        self.LayerNorm = sequence_norm(config, FIRST_LAYER)
         self.add_position_embeddings = not (config.norm_type == "lape" and not config.lape_keep_input_pe)
 
     def forward(
@@ -128,22 +129,22 @@ class BertNormLayer(GradientCheckpointingLayer):
     layer (`[1 or batch, seq_len, hidden]`), added to the attention input only, never to the residual.
     """
 
-    def __init__(self, config: BertNormConfig, layer_idx: int | None = None):
+    def __init__(self, config: BertNormConfig, layer_idx: int):
         super().__init__()
         self.chunk_size_feed_forward = config.chunk_size_feed_forward
         self.seq_len_dim = 1
         self.attention = BertAttention(config, is_causal=config.is_decoder, layer_idx=layer_idx)
-        self.attention.output.LayerNorm = sequence_norm(config)
+        self.attention.output.LayerNorm = sequence_norm(config, layer_idx)
         self.is_decoder = config.is_decoder
         self.add_cross_attention = config.add_cross_attention
         if self.add_cross_attention:
             if not self.is_decoder:
                 raise ValueError(f"{self} should be used as a decoder model if cross attention is added")
             self.crossattention = BertAttention(config, is_causal=False, layer_idx=layer_idx, is_cross_attention=True)
-            self.crossattention.output.LayerNorm = head_norm(config)
+            self.crossattention.output.LayerNorm = head_norm(config, layer_idx)
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
-        self.output.LayerNorm = sequence_norm(config)
+        self.output.LayerNorm = sequence_norm(config, layer_idx)
         self.pe_norm = build_position_norm(config)
 
     def forward(

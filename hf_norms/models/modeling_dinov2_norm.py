@@ -31,7 +31,7 @@ from transformers.utils import TransformersKwargs
 from .configuration_dinov2_norm import Dinov2NormConfig
 from .modeling_norm_utils import register_stock_key_renames
 from .modeling_vision_norm import VisionNormEmbeddings, VisionNormModel, VisionNormPreTrainedModel
-from .norms import TokenLayout, build_norm, build_position_norm
+from .norms import LAST_LAYER, TokenLayout, build_norm, build_position_norm
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_dinov2_norm.Dinov2NormConfig",
@@ -52,13 +52,13 @@ class Dinov2NormLayer(GradientCheckpointingLayer):
     `x = x + drop_path(ls2(mlp(norm2(x))))`, with `pos` LaPE's normalised position embedding of this layer
     (`[1, seq_len, hidden]`)."""
 
-    def __init__(self, config: Dinov2NormConfig):
+    def __init__(self, config: Dinov2NormConfig, layer_index: int):
         super().__init__()
-        self.norm1 = build_norm(config, config.num_prefix_tokens)
+        self.norm1 = build_norm(config, config.num_prefix_tokens, layer_index=layer_index)
         self.attention = Dinov2Attention(config)
         self.layer_scale1 = Dinov2LayerScale(config)
         self.drop_path = Dinov2DropPath(config.drop_path_rate) if config.drop_path_rate > 0.0 else nn.Identity()
-        self.norm2 = build_norm(config, config.num_prefix_tokens)
+        self.norm2 = build_norm(config, config.num_prefix_tokens, layer_index=layer_index)
         self.mlp = Dinov2SwiGLUFFN(config) if config.use_swiglu_ffn else Dinov2MLP(config)
         self.layer_scale2 = Dinov2LayerScale(config)
         self.pe_norm = build_position_norm(config)
@@ -88,7 +88,7 @@ class Dinov2NormEncoder(nn.Module):
 
     def __init__(self, config: Dinov2NormConfig):
         super().__init__()
-        self.layer = nn.ModuleList([Dinov2NormLayer(config) for _ in range(config.num_hidden_layers)])
+        self.layer = nn.ModuleList([Dinov2NormLayer(config, index) for index in range(config.num_hidden_layers)])
 
 
 class Dinov2NormPreTrainedModel(VisionNormPreTrainedModel):
@@ -119,7 +119,7 @@ class Dinov2NormModel(Dinov2NormPreTrainedModel, VisionNormModel):
         Dinov2NormPreTrainedModel.__init__(self, config)
         self.embeddings = Dinov2NormEmbeddings(config, use_mask_token=config.use_mask_token)
         self.encoder = Dinov2NormEncoder(config)
-        self.layernorm = build_norm(config, config.num_prefix_tokens)
+        self.layernorm = build_norm(config, config.num_prefix_tokens, layer_index=LAST_LAYER)
         self.post_init()
 
     @property

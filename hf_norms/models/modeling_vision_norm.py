@@ -37,7 +37,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .modeling_norm_utils import NormPreTrainedMixin
-from .norms import TokenLayout, build_norm, build_position_norm, lape_position_embeddings
+from .norms import LAST_LAYER, TokenLayout, build_norm, build_position_norm, lape_position_embeddings
 
 PREFIX_TOKEN_NAMES = ("cls_token", "distillation_token")
 
@@ -136,11 +136,11 @@ class VisionNormLayer(GradientCheckpointingLayer):
     embedding of this layer (`[1, seq_len, hidden]`, computed by the model with this layer's `pe_norm`).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, layer_index: int):
         super().__init__()
         self.attention = ViTAttention(config)
-        self.layernorm_before = build_norm(config, config.num_prefix_tokens)
-        self.layernorm_after = build_norm(config, config.num_prefix_tokens)
+        self.layernorm_before = build_norm(config, config.num_prefix_tokens, layer_index=layer_index)
+        self.layernorm_after = build_norm(config, config.num_prefix_tokens, layer_index=layer_index)
         self.mlp = ViTMLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.pe_norm = build_position_norm(config)
@@ -208,8 +208,8 @@ class VisionNormModel(VisionNormPreTrainedModel):
     def __init__(self, config, add_pooling_layer: bool = True, use_mask_token: bool = False):
         super().__init__(config)
         self.embeddings = VisionNormEmbeddings(config, use_mask_token=use_mask_token)
-        self.layers = nn.ModuleList([VisionNormLayer(config) for _ in range(config.num_hidden_layers)])
-        self.layernorm = build_norm(config, config.num_prefix_tokens)
+        self.layers = nn.ModuleList([VisionNormLayer(config, index) for index in range(config.num_hidden_layers)])
+        self.layernorm = build_norm(config, config.num_prefix_tokens, layer_index=LAST_LAYER)
         self.pooler = ViTPooler(config) if add_pooling_layer else None
         self.post_init()
 

@@ -41,6 +41,11 @@ class NormOptions:
     lape_keep_input_pe (`bool`, defaults to `False`):
         LaPE: keep the PE in the input sum and start every `pe_norm` at weight 0, bias 0, which preserves a stock
         model's function exactly.
+    layer_norm_types (`list[str]`, *optional*):
+        One norm type per encoder layer, each `norm_type` or `layernorm`, e.g. DyT in the first layers and LayerNorm in
+        the last ones (DTN's official placement). The norms after the encoder (final norm, task heads) follow the last
+        layer, BERT's embedding norm the first. None: every layer uses `norm_type`. Not available with LaPE, whose
+        position norms belong to the whole stack.
     """
 
     num_prefix_tokens: ClassVar[int] = 1
@@ -53,6 +58,7 @@ class NormOptions:
     sepnorm_prefix_norm: str = "batchnorm"
     lape_mode: str = "cascade"
     lape_keep_input_pe: bool = False
+    layer_norm_types: list[str] | None = None
 
     def __post_init__(self, **kwargs):
         # A stock checkpoint's config.json says e.g. `"model_type": "vit"`; this config's type is its class's.
@@ -89,3 +95,24 @@ class NormOptions:
             )
         if self.lape_mode not in LAPE_MODES:
             raise ValueError(f"lape_mode={self.lape_mode!r} is not supported; choose one of {LAPE_MODES}.")
+        self.validate_layer_norm_types()
+
+    def validate_layer_norm_types(self) -> None:
+        """`layer_norm_types`: None, or one entry per encoder layer, each `norm_type` or `layernorm` (not with LaPE)."""
+        if self.layer_norm_types is None:
+            return
+        if not isinstance(self.layer_norm_types, list) or len(self.layer_norm_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"layer_norm_types must list one norm type per encoder layer ({self.num_hidden_layers}), "
+                f"got {self.layer_norm_types!r}."
+            )
+        if self.norm_type == "lape":
+            raise ValueError(
+                "layer_norm_types cannot be used with norm_type='lape': LaPE's position norms span all layers."
+            )
+        allowed = {self.norm_type, "layernorm"}
+        wrong = sorted({str(kind) for kind in self.layer_norm_types} - allowed)
+        if wrong:
+            raise ValueError(
+                f"layer_norm_types may hold only norm_type ({self.norm_type!r}) and 'layernorm', got {wrong}."
+            )

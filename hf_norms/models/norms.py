@@ -41,7 +41,13 @@ __all__ = [
     "function_preserving_options",
     "init_norm_parameters",
     "lape_position_embeddings",
+    "norm_type_at",
 ]
+
+# Where a model's norms sit, as encoder layer indices for `build_norm`: the norms after the encoder (the final norm, a
+# task head's norm) count as the last layer's, BERT's embedding norm as the first layer's.
+FIRST_LAYER = 0
+LAST_LAYER = -1
 
 
 @dataclass(frozen=True)
@@ -124,18 +130,28 @@ def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) ->
     return {name: value for name, value in preserving.items() if name not in set(explicit)}
 
 
+def norm_type_at(config, layer_index: int) -> str:
+    """The norm_type of encoder layer `layer_index` (negative indices count from the last layer):
+    `config.layer_norm_types[layer_index]` when the config chooses a norm per layer, else `config.norm_type`."""
+    per_layer = getattr(config, "layer_norm_types", None)
+    return per_layer[layer_index] if per_layer else config.norm_type
+
+
 def build_norm(
     config,
     num_prefix_tokens: int,
+    *,
+    layer_index: int,
     one_dimensional: bool = False,
     per_token: bool = False,
 ) -> nn.Module:
-    """The norm that `config.norm_type` puts where the stock model has a LayerNorm of size `config.hidden_size`.
+    """The norm that encoder layer `layer_index`'s norm_type (`norm_type_at`) puts where the stock model has a
+    LayerNorm of size `config.hidden_size`; norms outside the layers pass `FIRST_LAYER` or `LAST_LAYER`.
 
     `per_token=True` asks for a norm that needs no `TokenLayout` (a task head's norm): norm types that mix tokens
     (DTN) give a LayerNorm there, as the official DTN keeps LayerNorm outside the token grid.
     """
-    spec = NORM_TYPES[config.norm_type]
+    spec = NORM_TYPES[norm_type_at(config, layer_index)]
     if per_token and not spec.per_token:
         spec = NORM_TYPES["layernorm"]
     return spec.build(config, config.hidden_size, num_prefix_tokens, one_dimensional)

@@ -1,0 +1,112 @@
+"""Per-layer norm choice in a conversion: which encoder layers keep their LayerNorm.
+
+A converted model may keep LayerNorm in some encoder layers and use `norm_type` in the others (config
+`layer_norm_types`; DTN's official placement keeps LayerNorm in the last blocks, and DyT cannot give every token of the
+last post-LN layers LayerNorm's scale). Two ways to choose:
+
+- `--keep-layernorm LAYERS` names the layers (`parse_layer_selection`);
+- `--target-cosine C` lets the converter choose: every layer is calibrated once as `norm_type`, then for k = 0, 1, ...
+  the last k layers get the original LayerNorms back (`with_layernorm_layers`; the earlier layers' calibrated fits do
+  not depend on later layers, so they stay valid), each variant is measured on the calibration data (the choice) and on
+  the evaluation data (reported), and the fewest kept layers whose calibration cosine reaches C win
+  (`sweep_layernorm_layers`). The report shows the whole sweep: fidelity against the number of normalization-free
+  layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import nn
+
+from .checkpoint_io import ConversionError
+from .fidelity import measure_fidelity
+
+
+def parse_layer_selection(selection: str | Sequence[int], num_layers: int) -> list[int]:
+    """Encoder layer indices from `"4,5"`, `"4-5"`, `"-2,-1"` (negative counts from the end) or a list of ints;
+    sorted, each in range, at least one."""
+    if isinstance(selection, str):
+        indices: list[int] = []
+        for part in (p.strip() for p in selection.split(",")):
+            first, dash, last = part.partition("-") if not part.startswith("-") else (part, "", "")
+            try:
+                indices += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+            except ValueError:
+                raise ConversionError(
+                    f"--keep-layernorm {selection!r}: expected layer indices such as '4,5', '4-5' or '-1'."
+                ) from None
+    else:
+        indices = [int(index) for index in selection]
+    wrong = [index for index in indices if not -num_layers <= index < num_layers]
+    if not indices or wrong:
+        raise ConversionError(
+            f"--keep-layernorm {selection!r}: the model has {num_layers} encoder layers (0 to {num_layers - 1})."
+        )
+    return sorted({index % num_layers for index in indices})
+
+
+def layer_norm_types(norm_type: str, num_layers: int, kept: Sequence[int]) -> list[str] | None:
+    """The config's `layer_norm_types` for a `norm_type` model keeping LayerNorm in layers `kept` (None: none kept)."""
+    if not kept:
+        return None
+    return ["layernorm" if index in set(kept) else norm_type for index in range(num_layers)]
+
+
+def with_layernorm_layers(
+    student: nn.Module,
+    teacher: nn.Module,
+    norm_names: Sequence[str],
+    build: Callable[[list[str] | None], nn.Module],
+    kept: Sequence[int],
+) -> nn.Module:
+    """A new student whose layers `kept` have the teacher's LayerNorms and whose other norms are copies of `student`'s.
+
+    `build(layer_norm_types)` makes a student with the teacher's weights in that layout; each norm of `norm_names` that
+    is not a LayerNorm there then takes `student`'s parameters (the calibrated or healed values)."""
+    mixed = build(layer_norm_types(student.config.norm_type, student.config.num_hidden_layers, kept))
+    for name in norm_names:
+        module = mixed.get_submodule(name)
+        if not isinstance(module, nn.LayerNorm):
+            module.load_state_dict(student.get_submodule(name).state_dict())
+    return mixed
+
+
+def sweep_layernorm_layers(
+    student: nn.Module,
+    teacher: nn.Module,
+    norm_names: Sequence[str],
+    build: Callable[[list[str] | None], nn.Module],
+    batches: dict[str, Sequence[dict]],
+    target_cosine: float,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The variant of the calibrated `student` with the fewest LayerNorm layers (the last ones) whose mean cosine on
+    `batches["calibration"]` reaches `target_cosine`, and the sweep's record: one row per number of kept layers with
+    the mean cosine and max abs diff on each set of `batches` (`calibration`, `evaluation`)."""
+    num_layers = student.config.num_hidden_layers
+    rows, chosen = [], None
+    for kept_count in range(num_layers + 1):
+        kept = list(range(num_layers - kept_count, num_layers))
+        variant = with_layernorm_layers(student, teacher, norm_names, build, kept) if kept else student
+        row: dict[str, Any] = {"layernorm_layers": kept, "norm_free_layers": num_layers - kept_count}
+        for data_name, data_batches in batches.items():
+            end_to_end = measure_fidelity(variant, teacher, data_batches, norm_names)["end_to_end"]
+            row[data_name] = {key: end_to_end[key] for key in ("mean_cosine", "max_abs_diff")}
+        rows.append(row)
+        if chosen is None and row["calibration"]["mean_cosine"] >= target_cosine:
+            chosen = (variant, kept)
+    reached = chosen is not None
+    variant, kept = chosen if reached else (variant, kept)  # not reached: the last variant, every layer LayerNorm
+    record = {
+        "target_cosine": target_cosine,
+        "chosen_layernorm_layers": kept,
+        "reached": reached,
+        "rows": rows,
+        "method": (
+            f"every layer calibrated as {student.config.norm_type} once; the last k layers then given back the "
+            "original LayerNorms, for k = 0 to all; the fewest kept layers whose mean cosine on the calibration data "
+            "reaches the target"
+        ),
+    }
+    return variant, record
