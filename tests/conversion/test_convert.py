@@ -30,6 +30,7 @@ from transformers import (
 
 import hf_norms
 from hf_norms import cli
+from hf_norms.conversion import healing
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert, parse_norm_options
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD, REPORT_PNG
@@ -224,6 +225,8 @@ def test_derf_conversion_is_calibrated_per_channel_and_folds(tiny_vit_dir, image
     layers = [m for m in model.modules() if isinstance(m, hf_norms.DynamicErf)]
     assert len(layers) == 5 and all(m.shift.shape == (m.weight.shape[0],) for m in layers)
     assert any(m.shift.abs().max() > 0 for m in layers)  # the shift was fitted, not left at its init
+    healed = healing.heal(tmp_path / "out", image_folder, max_steps=2, warmup_steps=0, batch_size=4, progress=False)
+    assert healed["healing"]["steps"] == 2 and "healed" in healed["stages"]
 
 
 def test_fidelity_compared_in_parts_equals_one_pass(tiny_vit_dir, monkeypatch):
