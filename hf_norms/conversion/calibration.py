@@ -90,7 +90,7 @@ def _sample_rows(count: int, max_rows: int) -> torch.Tensor | None:
 
 @dataclass
 class CalibrationResult:
-    """What `calibrate_dyt` did: the method in words, the seconds it took and each norm's relative fitting error."""
+    """What `calibrate_elementwise` did: the method in words, the seconds it took and each norm's relative fitting error."""
 
     method: str
     seconds: float
@@ -141,11 +141,6 @@ def calibrate_elementwise(
         for name, layer in layers.items():  # never leave LayerNorm copies behind, even on error
             student.set_submodule(name, layer)
     return CalibrationResult(_method(layers.values(), refine_steps), time.perf_counter() - start, fit_errors)
-
-
-def calibrate_dyt(*args, **kwargs) -> CalibrationResult:
-    """`calibrate_elementwise`, under the name it had when it calibrated DyT only."""
-    return calibrate_elementwise(*args, **kwargs)
 
 
 def _load_fit(layer: nn.Module, fit: ElementwiseFit) -> None:
