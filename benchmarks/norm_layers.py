@@ -18,6 +18,7 @@ import torch
 
 from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
 from hf_norms.models.norms import (
+    DynamicErf,
     DynamicTanh,
     DynamicTokenNorm,
     LayerNorm,
@@ -33,6 +34,8 @@ def norm_layers(hidden: int, heads: int, prefix: int) -> dict[str, torch.nn.Modu
         "layernorm": LayerNorm(hidden, eps=1e-6),
         "dyt": DynamicTanh(hidden),
         "dyt (per-channel alpha)": DynamicTanh(hidden, per_channel=True),
+        "derf": DynamicErf(hidden),
+        "derf (per-channel alpha, shift)": DynamicErf(hidden, per_channel=True),
         "dtn": DynamicTokenNorm(hidden, heads, eps=1e-6),
         "sepnorm (LayerNorm prefix)": SeparateNorm(hidden, prefix, eps=1e-6, prefix_norm="layernorm"),
         "sepnorm (BatchNorm prefix)": SeparateNorm(hidden, prefix, eps=1e-6, prefix_norm="batchnorm"),
@@ -42,7 +45,7 @@ def norm_layers(hidden: int, heads: int, prefix: int) -> dict[str, torch.nn.Modu
 
 
 def plain_formula(layer: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `layer` with its fast path off: DyT's tanh formula as written, DTN's plain formula (what compile and
+    """A copy of `layer` with its fast path off: DyT's tanh and Derf's erf formulas as written, DTN's plain formula (what compile and
     export run). The fast path must beat it to earn its place."""
     plain = copy.deepcopy(layer)
     plain.fast_path = False
@@ -90,11 +93,12 @@ def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int, comp
         for backward in (False, True):
             layers = {name: layer.to(dtype) for name, layer in norm_layers(hidden, heads, prefix).items()}
             layers["dyt, naive tanh formula"] = plain_formula(layers["dyt"])
+            layers["derf, plain erf formula"] = plain_formula(layers["derf"])
             layers["dtn, plain formula"] = plain_formula(layers["dtn"])
             x = torch.randn(batch, prefix + tokens_side**2, hidden, dtype=dtype)
             runners = candidates(layers, x, layout, backward)
             if compile_layers and dtype == torch.float32 and not backward:
-                for name in ("layernorm", "dyt", "dyt (per-channel alpha)"):
+                for name in ("layernorm", "dyt", "dyt (per-channel alpha)", "derf"):
                     runners[f"{name}, torch.compile"] = compiled_forward(layers[name], x, layout)
             timings = time_interleaved(runners, rounds=rounds)
             title = f"{'forward+backward' if backward else 'forward'}, {str(dtype).removeprefix('torch.')}"

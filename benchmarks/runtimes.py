@@ -85,9 +85,9 @@ def tiny_model(head: type, norm_type: str) -> nn.Module:
 @torch.no_grad()
 def move_off_initial_values(model: nn.Module, generator: torch.Generator) -> None:
     """Parameters where no special value hides a bug: unit-variance Linear and Conv weights (outputs of order 1), DTN
-    gates in (0.2, 0.8), DyT alpha scaled by 0.7-1.3, every other parameter (norm affines, LaPE's `pe_norm`, DTN's
-    position projection, biases, embeddings, DeiT's zero-initialised tokens) shifted by N(0, 0.1), BatchNorm running
-    statistics away from (0, 1)."""
+    gates in (0.2, 0.8), DyT's and Derf's alpha scaled by 0.7-1.3, every other parameter (norm affines, Derf's shift,
+    LaPE's `pe_norm`, DTN's position projection, biases, embeddings, DeiT's zero-initialised tokens) shifted by
+    N(0, 0.1), BatchNorm running statistics away from (0, 1)."""
 
     def normal(shape: torch.Size, std: float) -> torch.Tensor:
         return torch.randn(shape, generator=generator) * std

@@ -32,6 +32,7 @@ from hf_norms.models.norms import LayerNorm
 NORM_VARIANTS = {
     "layernorm": {},
     "dyt": {},
+    "derf": {},
     "dtn": {},
     "sepnorm": {"sepnorm_prefix_norm": "batchnorm"},
     "lape": {},

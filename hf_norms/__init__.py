@@ -1,4 +1,4 @@
-"""hf-norms: DyT, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT, DINOv2 and BERT models.
+"""hf-norms: DyT, Derf, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT, DINOv2 and BERT models.
 
 Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig`
 and every matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed,
@@ -21,7 +21,7 @@ __version__ = VERSION
 # module (relative to this package) -> the public names it defines
 PUBLIC_MODULES = {
     "models.norms": [
-        "NORM_TYPES", "DynamicTanh", "DynamicTokenNorm", "LayerNorm", "PositionEmbeddingNorm", "SeparateNorm",
+        "NORM_TYPES", "DynamicErf", "DynamicTanh", "DynamicTokenNorm", "LayerNorm", "PositionEmbeddingNorm", "SeparateNorm",
         "TokenLayout",
     ],
     "models.configuration_bert_norm": ["BertNormConfig"],

@@ -29,7 +29,7 @@ from .errors import InputError, handled_errors
 from .version import VERSION
 
 # Keep in step with `hf_norms.models.norms.NORM_TYPES` (a test checks it): importing the registry here would import torch.
-NORM_TYPE_CHOICES = ("layernorm", "dyt", "dtn", "sepnorm", "lape")
+NORM_TYPE_CHOICES = ("layernorm", "dyt", "derf", "dtn", "sepnorm", "lape")
 HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checked by a test)
 HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
 TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
@@ -41,8 +41,8 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
         help="convert a LayerNorm ViT/DeiT/BERT checkpoint to another norm_type, with a fidelity report",
         description=(
             "Convert a LayerNorm ViT, DeiT or BERT checkpoint (any head; a folder or a Hub id) to another norm_type. "
-            "SepNorm, DTN and LaPE convert exactly; DyT is calibrated on --calibration-data. The output folder holds a "
-            "normal checkpoint, its remote code and conversion_report.{json,md,png}."
+            "SepNorm, DTN and LaPE convert exactly; DyT and Derf are calibrated on --calibration-data. The output "
+            "folder holds a normal checkpoint, its remote code and conversion_report.{json,md,png}."
         ),
     )
     parser.add_argument("source", help="checkpoint folder or Hub model id (read from HF_ENDPOINT)")
@@ -50,7 +50,7 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, help="folder to create (refused if it exists, unless --overwrite)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="norm option, e.g. dyt_per_channel_alpha=false or dtn_gate_init=0.5 (repeatable)")  # fmt: skip
-    parser.add_argument("--calibration-data", help="DyT calibration data: .txt file, image folder or saved dataset")
+    parser.add_argument("--calibration-data", help="DyT/Derf calibration data: .txt, image folder or saved dataset")
     parser.add_argument("--calibration-samples", type=positive_int, default=64)
     parser.add_argument("--eval-data", help="evaluation data (default: calibration examples held out, or probes)")
     parser.add_argument("--eval-samples", type=positive_int, default=64)
@@ -409,7 +409,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="hf-norms",
-        description="DyT, DTN, SepNorm and LaPE for Hugging Face ViT, DeiT and BERT: convert, heal, fine-tune, publish.",
+        description="DyT, Derf, DTN, SepNorm and LaPE for Hugging Face ViT, DeiT and BERT: convert, heal, fine-tune, publish.",
         epilog="`hf-norms COMMAND --help` describes a command. HF_NORMS_DEBUG=1 shows the traceback of an error.",
     )
     parser.add_argument("--version", action="version", version=f"hf-norms {VERSION}")

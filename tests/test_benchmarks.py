@@ -11,7 +11,15 @@ from benchmarks import conversion, norm_layers, whole_models
 def test_norm_layer_benchmark_runs(capsys):
     norm_layers.main(["--smoke"])
     printed = capsys.readouterr().out
-    for name in ("layernorm", "dyt", "dtn", "sepnorm (BatchNorm prefix)", "dyt, naive tanh formula"):
+    for name in (
+        "layernorm",
+        "dyt",
+        "derf",
+        "dtn",
+        "sepnorm (BatchNorm prefix)",
+        "dyt, naive tanh formula",
+        "derf, plain erf formula",
+    ):
         assert f"| {name} |" in printed
     assert printed.count("ratio to layernorm") == 4  # fp32 and bf16, forward and forward+backward
 

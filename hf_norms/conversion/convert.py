@@ -7,8 +7,9 @@
   a copy of the original; DTN with both gates at 1; LaPE keeping the input position embedding and starting every
   position norm at weight 0, bias 0 (`norms.function_preserving_options`). Other option values give a `naive`
   (inexact) conversion, ready for healing.
-- `dyt` needs calibration data: the naive swap (LN gamma/beta copied, alpha at its init) is measured, then every DyT
-  layer is calibrated in forward order (`calibration.calibrate_dyt`), with one alpha per channel by default.
+- `dyt` and `derf` need calibration data: the naive swap (LN gamma/beta copied, alpha and shift at their inits) is
+  measured, then every DyT/Derf layer is calibrated in forward order (`calibration.calibrate_elementwise`), with one
+  alpha (and Derf shift) per channel by default.
   `hf-norms heal` then distils the result from the original.
 - `--fold` moves the norms' gamma/beta into the Linear layers that read them (ViT/DeiT only, see `folding`).
 
@@ -35,7 +36,7 @@ from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES, function_preserving_options
 from ..version import VERSION
-from .calibration import calibrate_dyt, norms_in_forward_order
+from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
 from .data import Examples, encode_batches, load_examples, probe_examples, run_model
 from .fidelity import measure_fidelity
@@ -53,13 +54,22 @@ from .sources import (
     quiet_transformers,
 )
 
-DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"dyt": {"dyt_per_channel_alpha": True}}
+DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
+    "dyt": {"dyt_per_channel_alpha": True},
+    "derf": {"derf_per_channel": True},
+}
 RAW_PROBES = "built-in probe inputs (no processor)"
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
 # Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
-NEW_PARAMETER_SUFFIXES = (".alpha", ".prefix_norm.weight", ".prefix_norm.bias", ".prefix_norm.running_mean",
+NEW_PARAMETER_SUFFIXES = (".alpha", ".shift", ".prefix_norm.weight", ".prefix_norm.bias", ".prefix_norm.running_mean",
                           ".prefix_norm.running_var", ".prefix_norm.num_batches_tracked", ".pos_proj.weight",
                           ".pos_proj.bias", ".mean_gate", ".var_gate", ".pe_norm.weight", ".pe_norm.bias")  # fmt: skip
+
+
+def needs_calibration(norm_type: str) -> bool:
+    """Whether a conversion to `norm_type` is calibrated on data: no option makes it compute what LayerNorm did
+    (DyT, Derf: no statistics)."""
+    return function_preserving_options(norm_type) is None
 
 
 def norm_options(norm_type: str, options: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
@@ -168,7 +178,7 @@ def convert_model(
     `norm_type="layernorm"`) converted to `norm_type` in memory, as `hf-norms convert` converts a folder.
 
     `options` are norm options over the function-preserving defaults (`dtn_gate_init=0.5`, ...). `calibration_data`
-    (required for DyT) and `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image
+    (required for DyT and Derf) and `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image
     folder, a `datasets.Dataset`), encoded with `processor` (the model's tokenizer or image processor). Without
     evaluation data the calibration examples after the first `calibration_samples` are held out for evaluation, or
     built-in probe inputs are used. `model` is left as it was. The returned model (the matching hf-norms class) carries
@@ -182,10 +192,10 @@ def convert_model(
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
     merged, exact = norm_options(norm_type, options)
     merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact))
-    if norm_type == "dyt" and calibration_data is None:
+    if needs_calibration(norm_type) and calibration_data is None:
         raise ConversionError(
-            "DyT cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: a .txt "
-            "file, a folder of images, or a saved datasets folder)."
+            f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
+            "a .txt file, a folder of images, or a saved datasets folder)."
         )
     source = describe_model(model)
     if fold and source.family == "bert":
@@ -409,14 +419,14 @@ def measure_stages(
     exact: bool,
     progress: bool,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT, calibrating on the way the norms of
-    `norm_names` that are not LayerNorm), and the calibration's record."""
+    """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT/Derf, calibrating on the way the
+    norms of `norm_names` that are not LayerNorm), and the calibration's record."""
     measure = lambda: measure_fidelity(student, teacher, data.evaluation_batches, norm_names)  # noqa: E731
-    if norm_type != "dyt":
+    if not needs_calibration(norm_type):
         return {"exact" if exact else "naive": measure()}, None
     stages = {"naive": measure()}
     replaced = [name for name in norm_names if not isinstance(student.get_submodule(name), nn.LayerNorm)]
-    result = calibrate_dyt(student, teacher, data.calibration_batches, replaced, progress=progress)
+    result = calibrate_elementwise(student, teacher, data.calibration_batches, replaced, progress=progress)
     stages["calibrated"] = measure()
     record = {
         "data": data.calibration.description,

@@ -1,11 +1,11 @@
-"""Fold a norm's per-channel affine (gamma/beta, DyT's weight/bias) into the Linear layers that read its output.
+"""Fold a norm's per-channel affine (gamma/beta, DyT's and Derf's weight/bias) into the Linear layers that read its output.
 
 A norm ending in `y = weight * z + bias` (`z` the normalised input: `(x - mean) / std` for LayerNorm, `tanh(alpha x)`
-for DyT, DTN's mixed statistics) that feeds only Linear layers `W y + c` can hand its affine over to them:
+for DyT, `erf(alpha x + shift)` for Derf, DTN's mixed statistics) that feeds only Linear layers `W y + c` can hand its affine over to them:
 
     W (weight * z + bias) + c = (W diag(weight)) z + (c + W bias),  so  W' = W diag(weight),  c' = c + W bias,
 
-after which the norm keeps weight 1 and bias 0 (DyT keeps its alpha), and the checkpoint is still a normal one.
+after which the norm keeps weight 1 and bias 0 (DyT and Derf keep alpha and shift), and the checkpoint is still a normal one.
 
 Where this holds, in the pre-LN ViT, DeiT and DINOv2: `layernorm_before` (DINOv2: `norm1`) feeds q/k/v only,
 `layernorm_after` (`norm2`) feeds fc1 only (DINOv2's SwiGLU: its gate and up projections), and the final `layernorm`
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..models.norms import DynamicTanh, DynamicTokenNorm, SeparateNorm
+from ..models.norms import DynamicErf, DynamicTanh, DynamicTokenNorm, SeparateNorm
 from .checkpoint_io import ConversionError
 
 POST_LN_MESSAGE = (
@@ -110,6 +110,6 @@ def _why_not_foldable(norm: nn.Module, adds_position_after: bool) -> str | None:
         if not (torch.equal(prefix.weight, norm.weight) and torch.equal(prefix.bias, norm.bias)):
             return "SepNorm's prefix norm has a different affine from its token norm"
         return None
-    if isinstance(norm, (nn.LayerNorm, DynamicTanh, DynamicTokenNorm)):
+    if isinstance(norm, (nn.LayerNorm, DynamicTanh, DynamicErf, DynamicTokenNorm)):
         return None
     return f"{type(norm).__name__} is not a norm with a per-channel affine"

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..hub.norm_texts import STATISTICS_FREE
+
 REPORT_JSON = "conversion_report.json"
 REPORT_MD = "conversion_report.md"
 REPORT_PNG = "conversion_report.png"
@@ -80,8 +82,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         )
     pooling = "mean over real tokens" if evaluation.get("pooling") == "mean" else "the [CLS] token"
     lines.append(f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`; pooling: {pooling}")
-    if report["family"] == "bert" and report["norm_type"] == "dyt":
-        lines.append("- Note: BERT is post-LN; DyT was not tested on post-LN models by its authors (experimental).")
+    if report["family"] == "bert" and report["norm_type"] in STATISTICS_FREE:
+        name = STATISTICS_FREE[report["norm_type"]]
+        lines.append(f"- Note: BERT is post-LN; {name} was not tested on post-LN models by its authors (experimental).")
     lines += [
         "",
         "## End to end",

@@ -61,6 +61,14 @@ PAPERS: dict[str, Paper] = {
         year=2025,
         arxiv_id="2503.10622",
     ),
+    "derf": Paper(
+        key="chen2026derf",
+        title="Stronger Normalization-Free Transformers",
+        authors=("Mingzhi Chen", "Taiming Lu", "Jiachen Zhu", "Mingjie Sun", "Zhuang Liu"),
+        booktitle="Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)",
+        year=2026,
+        arxiv_id="2512.10938",
+    ),
     "dtn": Paper(
         key="shao2022dtn",
         title="Dynamic Token Normalization Improves Vision Transformers",

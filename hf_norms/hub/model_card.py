@@ -28,7 +28,7 @@ from .card_facts import (
     looks_like_repo_id,
 )
 from .citations import PAPERS, Paper
-from .norm_texts import NORM_TEXTS
+from .norm_texts import NORM_TEXTS, STATISTICS_FREE
 from .upload_files import refuse_token_leaks, trainer_upload_files
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
@@ -171,12 +171,13 @@ def limitations(facts: CardFacts) -> list[str]:
             "The conversion is exact, so the model computes what the source computes: the new norm makes a "
             "difference only once the model is trained further."
         )
-    if facts.norm_type == "dyt":
-        items.append("DyT has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's.")
+    if facts.norm_type in STATISTICS_FREE:
+        name = STATISTICS_FREE[facts.norm_type]
+        items.append(f"{name} has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's.")
         if facts.family == "bert":
             items.append(
-                "BERT is post-LN; the DyT paper tested pre-LN transformers only, so DyT on BERT is outside what it "
-                "tested: treat it as experimental."
+                f"BERT is post-LN; the {name} paper tested pre-LN transformers only, so {name} on BERT is outside what "
+                "it tested: treat it as experimental."
             )
     if facts.norm_type == "dtn":
         items.append(

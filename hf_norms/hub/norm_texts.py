@@ -18,6 +18,10 @@ class NormText:
     placement: str
 
 
+# norm types with no statistics (element-wise functions), by the name their papers give them: their outputs follow the
+# scale of their inputs, and their papers tested pre-LN transformers only
+STATISTICS_FREE = {"dyt": "DyT", "derf": "Derf"}
+
 NORM_TEXTS = {
     "layernorm": NormText(
         title="LayerNorm",
@@ -37,6 +41,20 @@ NORM_TEXTS = {
         placement=(
             "`alpha` is one learnable scalar per norm (or one per channel with `dyt_per_channel_alpha`); `gamma` and "
             "`beta` are the per-channel `weight` and `bias`. Every LayerNorm of the model is replaced."
+        ),
+    ),
+    "derf": NormText(
+        title="Dynamic erf (Derf)",
+        headline="with **Dynamic erf (Derf)** in place of its LayerNorms",
+        description=(
+            "Derf, DyT's successor, replaces normalization by the error function of a learnably scaled and shifted "
+            "input. It computes no statistics: each channel of each token is mapped on its own."
+        ),
+        equation=r"y = \gamma \odot \mathrm{erf}(\alpha x + s) + \beta",
+        placement=(
+            "`alpha` and the shift `s` are one learnable scalar each per norm (or one per channel with "
+            "`derf_per_channel`); `gamma` and `beta` are the per-channel `weight` and `bias`. Every LayerNorm of the "
+            "model is replaced."
         ),
     ),
     "dtn": NormText(

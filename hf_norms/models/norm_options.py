@@ -10,6 +10,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,11 +25,18 @@ class NormOptions:
     """Norm selection and hyperparameters.
 
     norm_type (`str`, defaults to `"layernorm"`):
-        One of `layernorm` (stock), `dyt`, `dtn`, `sepnorm`, `lape`.
+        One of `layernorm` (stock), `dyt`, `derf`, `dtn`, `sepnorm`, `lape`.
     dyt_alpha_init (`float`, defaults to 0.5):
         DyT's initial alpha (> 0).
     dyt_per_channel_alpha (`bool`, defaults to `False`):
         One alpha per channel instead of one scalar per layer.
+    derf_alpha_init (`float`, defaults to 0.5):
+        Derf's initial alpha (> 0), the scale inside `erf(alpha * x + shift)`; the paper's 0.5. A later study (arXiv
+        2604.01563) found a smaller init (0.3) better at 1B scale with the Muon optimizer.
+    derf_shift_init (`float`, defaults to 0.0):
+        Derf's initial shift (finite), the offset inside `erf(alpha * x + shift)`; the paper's 0.0.
+    derf_per_channel (`bool`, defaults to `False`):
+        One alpha and one shift per channel instead of one scalar each per layer (the paper's); the converter's default.
     dtn_num_heads (`int`, *optional*):
         DTN head groups; defaults to `num_attention_heads`. Must divide `hidden_size`.
     dtn_gate_init (`float`, defaults to 0.5):
@@ -53,6 +61,9 @@ class NormOptions:
     norm_type: str = "layernorm"
     dyt_alpha_init: float = 0.5
     dyt_per_channel_alpha: bool = False
+    derf_alpha_init: float = 0.5
+    derf_shift_init: float = 0.0
+    derf_per_channel: bool = False
     dtn_num_heads: int | None = None
     dtn_gate_init: float = 0.5
     sepnorm_prefix_norm: str = "batchnorm"
@@ -81,6 +92,10 @@ class NormOptions:
             raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
         if not self.dyt_alpha_init > 0:
             raise ValueError(f"dyt_alpha_init must be > 0, got {self.dyt_alpha_init}.")
+        if not self.derf_alpha_init > 0 or not math.isfinite(self.derf_alpha_init):
+            raise ValueError(f"derf_alpha_init must be a finite number > 0, got {self.derf_alpha_init}.")
+        if not math.isfinite(self.derf_shift_init):
+            raise ValueError(f"derf_shift_init must be a finite number, got {self.derf_shift_init}.")
         heads = self.dtn_num_heads or self.num_attention_heads
         if heads <= 0 or self.hidden_size % heads != 0:
             raise ValueError(

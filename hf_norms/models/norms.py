@@ -3,7 +3,7 @@
 Every layer takes `hidden_states` of shape `[batch, seq_len, hidden]` and an optional `TokenLayout`, and returns a
 tensor of the same shape. Per-channel affine parameters are called `weight` and `bias` everywhere, so the state dict of
 an `nn.LayerNorm` loads into every variant; only the parameters a variant adds are missing. Each method lives in its
-own file (`norm_dyt.py`, `norm_dtn.py`, `norm_sepnorm.py`, `norm_lape.py`).
+own file (`norm_dyt.py`, `norm_derf.py`, `norm_dtn.py`, `norm_sepnorm.py`, `norm_lape.py`).
 
 Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from .norm_derf import DynamicErf
 from .norm_dtn import DynamicTokenNorm
 from .norm_dyt import DynamicTanh
 from .norm_lape import PositionEmbeddingNorm, lape_position_embeddings
@@ -29,6 +30,7 @@ from .token_layout import TokenLayout
 
 __all__ = [
     "NORM_TYPES",
+    "DynamicErf",
     "DynamicTanh",
     "DynamicTokenNorm",
     "LayerNorm",
@@ -58,7 +60,7 @@ class NormSpec:
     token's output depends only on that token (then the norm can sit where no `TokenLayout` is known, e.g. a task head).
     `position_norms` says whether each layer gets a LaPE `pe_norm`. `preserving_options` are the option values under
     which a LayerNorm checkpoint loaded into this norm_type computes exactly the same function, or None when no
-    option values can (DyT has no statistics).
+    option values can (DyT and Derf have no statistics).
     """
 
     build: Callable[..., nn.Module]
@@ -85,6 +87,17 @@ NORM_TYPES: dict[str, NormSpec] = {
         per_token=True,
         preserving_options=None,
         arxiv_id="2503.10622",
+    ),
+    "derf": NormSpec(
+        build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicErf(
+            hidden_size,
+            alpha_init=config.derf_alpha_init,
+            shift_init=config.derf_shift_init,
+            per_channel=config.derf_per_channel,
+        ),
+        per_token=True,
+        preserving_options=None,
+        arxiv_id="2512.10938",
     ),
     "dtn": NormSpec(
         build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: DynamicTokenNorm(
@@ -123,7 +136,7 @@ NORM_TYPES: dict[str, NormSpec] = {
 
 def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) -> dict[str, Any] | None:
     """The options that make a LayerNorm checkpoint loaded into `norm_type` compute the same function, leaving out
-    those the user set (`explicit`); None when `norm_type` cannot preserve it (DyT)."""
+    those the user set (`explicit`); None when `norm_type` cannot preserve it (DyT, Derf)."""
     preserving = NORM_TYPES[norm_type].preserving_options
     if preserving is None:
         return None
@@ -166,5 +179,5 @@ def build_position_norm(config) -> PositionEmbeddingNorm | None:
 
 def init_norm_parameters(module: nn.Module) -> None:
     """`_init_weights` hook: give a norm of this file its documented initial values (skipping loaded tensors)."""
-    if isinstance(module, (DynamicTanh, DynamicTokenNorm, SeparateNorm, PositionEmbeddingNorm)):
+    if isinstance(module, (DynamicTanh, DynamicErf, DynamicTokenNorm, SeparateNorm, PositionEmbeddingNorm)):
         module.init_parameters()

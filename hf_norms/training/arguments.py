@@ -33,7 +33,7 @@ class ModelArguments:
     )
     norm_type: str | None = field(
         default=None,
-        metadata={"help": "layernorm, dyt, dtn, sepnorm or lape; a stock checkpoint is converted to it on loading."},
+        metadata={"help": "layernorm, dyt, derf, dtn, sepnorm or lape; a stock checkpoint is converted on loading."},
     )
     config_overrides: str | None = field(
         default=None,

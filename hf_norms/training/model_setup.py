@@ -1,6 +1,6 @@
 """The model a fine-tune starts from: its family, its config (labels, overrides, the options that keep a LayerNorm
 checkpoint's function) and the model itself, loaded, built from scratch, or, for a LayerNorm checkpoint loaded into
-DyT, calibrated on training examples first (`hf_norms.convert_model`)."""
+DyT or Derf, calibrated on training examples first (`hf_norms.convert_model`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,15 @@ from .data import FinetuneInputError
 
 logger = logging.getLogger(__name__)
 
-CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16  # training examples a converted DyT model is calibrated on
+# options of the calibrated norm types a user may set explicitly (else the conversion's defaults: per channel)
+CALIBRATED_OPTIONS = {
+    "dyt_alpha_init",
+    "dyt_per_channel_alpha",
+    "derf_alpha_init",
+    "derf_shift_init",
+    "derf_per_channel",
+}
+CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16  # training examples a converted DyT/Derf model is calibrated on
 
 FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
     "vit": ViTNormConfig,
@@ -144,7 +152,7 @@ def build_model(
 ) -> PreTrainedModel:
     """The task's hf-norms model class, loaded (a new head where the checkpoint's differs) or freshly initialised.
 
-    A LayerNorm checkpoint loaded into DyT, which no option makes function-preserving, is first calibrated
+    A LayerNorm checkpoint loaded into DyT or Derf, which no option makes function-preserving, is first calibrated
     (`hf_norms.convert_model`) on `calibration`, training examples: from the naive swap, fine-tuning does not learn.
     """
     model_class = TASK_MODELS[task][family]
@@ -156,7 +164,7 @@ def build_model(
     teacher_config = copy.deepcopy(config)
     teacher_config.norm_type = "layernorm"
     teacher = model_class.from_pretrained(model_args.model_name_or_path, config=teacher_config, **loading)
-    explicit = override_keys(model_args.config_overrides) & {"dyt_alpha_init", "dyt_per_channel_alpha"}
+    explicit = override_keys(model_args.config_overrides) & CALIBRATED_OPTIONS
     student = convert_model(
         teacher, config.norm_type, calibration.examples, processor=calibration.processor,
         calibration_samples=calibration.samples, max_length=calibration.max_length,
@@ -174,7 +182,7 @@ def build_model(
 @dataclass
 class Calibration:
     """Training examples (texts or images) and the tokenizer or image processor that encodes them, for calibrating a
-    converted DyT model; the examples after the first `samples` are held out to measure the calibration."""
+    converted DyT or Derf model; the examples after the first `samples` are held out to measure the calibration."""
 
     examples: list
     processor: Any

@@ -1,13 +1,13 @@
 """Training every norm_type with the transformers `Trainer`: weight-decay groups as the papers use, and norm-state logs.
 
 - `no_decay_parameter_names(model)`: the parameters trained without weight decay. The papers train with the timm/DeiT
-  recipe, which exempts every 1-D parameter (norm affine, DyT `alpha`, DTN gates, biases) and ViT/DeiT's prefix tokens
+  recipe, which exempts every 1-D parameter (norm affine, DyT's `alpha`, Derf's `alpha` and `shift`, DTN gates, biases) and ViT/DeiT's prefix tokens
   and position embeddings. We also exempt every parameter inside a normalization module, which adds DTN's position
   projection `pos_proj.weight` (`[H, 3]`): it parametrises the norm's token mixing like the gates. The stock
   `Trainer.get_decay_parameter_names` only knows `nn.LayerNorm` and names containing "bias"/"norm", so it would decay
-  DyT's `alpha` and DTN's gates.
+  DyT's `alpha`, Derf's `alpha` and `shift` (when per channel they are 1-D anyway) and DTN's gates.
 - `NormTrainer`: a `Trainer` whose optimizer uses those groups.
-- `NormStateCallback`: adds each norm's learned state (DyT alpha, DTN gates, LaPE position-norm gain) to the training
+- `NormStateCallback`: adds each norm's learned state (DyT alpha, Derf alpha and shift, DTN gates, LaPE position-norm gain) to the training
   logs, so it shows in the console and in `trainer_state.json`'s `log_history`.
 """
 
@@ -17,7 +17,7 @@ from torch import nn
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..hub.model_card import NormCardTrainerMixin
-from ..models.norms import DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm
+from ..models.norms import DynamicErf, DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm
 
 NORM_MODULE_TYPES: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,  # includes hf_norms.LayerNorm and PositionEmbeddingNorm
@@ -25,6 +25,7 @@ NORM_MODULE_TYPES: tuple[type[nn.Module], ...] = (
     nn.GroupNorm,
     nn.modules.batchnorm._NormBase,  # BatchNorm / SyncBatchNorm (SepNorm's prefix norm)
     DynamicTanh,
+    DynamicErf,
     DynamicTokenNorm,
     SeparateNorm,
 )
@@ -79,7 +80,7 @@ class NormTrainer(NormCardTrainerMixin, Trainer):
 def norm_state(model: nn.Module) -> dict[str, float]:
     """The learned state of each norm in `model`, keyed `norm_state/<module name>.<quantity>`.
 
-    - DyT: `alpha` (the mean over channels when it is per-channel).
+    - DyT: `alpha` (the mean over channels when it is per-channel); Derf: `alpha` and `shift` (means likewise).
     - DTN: `mean_gate` and `var_gate`, the effective gates `clamp(l, 0, 1)` averaged over heads (1 is LayerNorm).
     - LaPE: `pe_gain`, the mean `|weight|` of each position norm (0 when the branch adds nothing).
     """
@@ -88,6 +89,9 @@ def norm_state(model: nn.Module) -> dict[str, float]:
         key = f"{NORM_STATE_PREFIX}{name}"
         if isinstance(module, DynamicTanh):
             state[f"{key}.alpha"] = module.alpha.detach().float().mean().item()
+        elif isinstance(module, DynamicErf):
+            state[f"{key}.alpha"] = module.alpha.detach().float().mean().item()
+            state[f"{key}.shift"] = module.shift.detach().float().mean().item()
         elif isinstance(module, DynamicTokenNorm):
             state[f"{key}.mean_gate"] = module.mean_gate.detach().float().clamp(0, 1).mean().item()
             state[f"{key}.var_gate"] = module.var_gate.detach().float().clamp(0, 1).mean().item()

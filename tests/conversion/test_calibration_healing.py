@@ -16,6 +16,7 @@ from hf_norms.conversion.calibration import dyt_fit_loss_and_gradients, fit_dyt
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.data import load_examples
+from hf_norms.conversion.elementwise_fit import ERF, TANH, fit_elementwise, fit_loss_and_gradients
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
 from hf_norms.conversion.sources import sentence_transformers_files
 
@@ -31,6 +32,21 @@ def test_fit_dyt_recovers_a_dyt_function():
     assert torch.allclose(fit.alpha, alpha, rtol=1e-2)
     scalar = fit_dyt(x, y, per_channel=False)
     assert scalar.alpha.shape == (1,) and scalar.relative_error > fit.relative_error
+
+
+def test_fit_elementwise_recovers_a_derf_function():
+    generator = torch.Generator().manual_seed(0)
+    x = 2 * torch.randn(4096, 6, generator=generator) + torch.linspace(-3, 3, 6)  # channels off centre
+    alpha = torch.tensor([0.2, 0.5, 1.0, 2.0, 0.7, 0.3])
+    shift = torch.tensor([0.3, -0.2, 0.0, 0.5, -1.0, 0.1])
+    weight, bias = torch.linspace(-2, 2, 6), torch.linspace(0.5, -0.5, 6)
+    y = weight * torch.erf(alpha * x + shift) + bias
+    grid_only = fit_elementwise(x, y, ERF, per_channel=True, refine_steps=0)
+    fit = fit_elementwise(x, y, ERF, per_channel=True, refine_steps=200)
+    assert fit.relative_error < 1e-4 < grid_only.relative_error
+    assert torch.allclose(fit.alpha, alpha, rtol=1e-2) and torch.allclose(fit.shift, shift, atol=1e-2)
+    scalar = fit_elementwise(x, y, ERF, per_channel=False)
+    assert scalar.alpha.shape == scalar.shift.shape == (1,) and scalar.relative_error > fit.relative_error
 
 
 def test_load_examples_from_every_kind_of_source(tmp_path):
@@ -189,6 +205,26 @@ def test_dyt_fit_gradients_match_autograd(per_channel):
     params = [t.clone().double().requires_grad_(True) for t in (log_alpha, weight, bias)]
     reference = (params[1] * torch.tanh(params[0].exp() * x.double()) + params[2] - y.double()).pow(2).mean()
     reference = reference / y.double().pow(2).mean()
+    reference.backward()
+    torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-7)
+    for gradient, param in zip(gradients, params, strict=True):
+        torch.testing.assert_close(gradient.double(), param.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("function", [TANH, ERF], ids=["tanh", "erf"])
+def test_elementwise_fit_gradients_match_autograd(function, per_channel):
+    torch.manual_seed(0)
+    x, y = torch.randn(300, 16) * 3, torch.randn(300, 16)
+    size = 16 if per_channel else 1
+    log_alpha, shift = torch.randn(size) * 0.3 - 1, torch.randn(size) if function.has_shift else None
+    weight, bias = torch.randn(16), torch.randn(16)
+    loss, gradients = fit_loss_and_gradients(x, y, function, log_alpha, weight, bias, shift)
+    start = (log_alpha, weight, bias) if shift is None else (log_alpha, weight, bias, shift)
+    params = [t.clone().double().requires_grad_(True) for t in start]
+    z = params[0].exp() * x.double() + (params[3] if shift is not None else 0)
+    torch_function = torch.erf if function is ERF else torch.tanh
+    reference = (params[1] * torch_function(z) + params[2] - y.double()).pow(2).mean() / y.double().pow(2).mean()
     reference.backward()
     torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-7)
     for gradient, param in zip(gradients, params, strict=True):

@@ -30,6 +30,7 @@ from transformers import (
 
 import hf_norms
 from hf_norms import cli
+from hf_norms.conversion import healing
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert, parse_norm_options
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD, REPORT_PNG
@@ -212,6 +213,22 @@ def test_dyt_conversion_writes_checkpoint_and_report(tiny_vit_dir, image_folder,
     assert type(model).__name__ == "ViTNormModel" and model.config.norm_type == "dyt"
 
 
+def test_derf_conversion_is_calibrated_per_channel_and_folds(tiny_vit_dir, image_folder, tmp_path):
+    report = convert(tiny_vit_dir, "derf", tmp_path / "out", calibration_data=image_folder, calibration_samples=8,
+                     evaluation_samples=4, fold=True)  # fmt: skip
+    assert report["options"]["derf_per_channel"] is True and list(report["stages"]) == ["naive", "calibrated"]
+    assert "erf(alpha * x + shift)" in report["calibration"]["method"]
+    naive, calibrated = (report["stages"][stage]["end_to_end"] for stage in ("naive", "calibrated"))
+    assert calibrated["mean_cosine"] > naive["mean_cosine"] and calibrated["max_abs_diff"] < naive["max_abs_diff"]
+    assert len(report["folding"]["folded"]) == 5 and report["folding"]["max_abs_diff_to_unfolded"] <= 1e-4
+    model = AutoModel.from_pretrained(tmp_path / "out")
+    layers = [m for m in model.modules() if isinstance(m, hf_norms.DynamicErf)]
+    assert len(layers) == 5 and all(m.shift.shape == (m.weight.shape[0],) for m in layers)
+    assert any(m.shift.abs().max() > 0 for m in layers)  # the shift was fitted, not left at its init
+    healed = healing.heal(tmp_path / "out", image_folder, max_steps=2, warmup_steps=0, batch_size=4, progress=False)
+    assert healed["healing"]["steps"] == 2 and "healed" in healed["stages"]
+
+
 def test_fidelity_compared_in_parts_equals_one_pass(tiny_vit_dir, monkeypatch):
     """`measure_fidelity` runs at most `EXAMPLES_PER_FORWARD` examples per forward pass (memory); the parts add up to
     what one pass over the batch gives."""
@@ -344,6 +361,7 @@ BAD_INPUTS = {
     "option that does not fit": (None, "dtn", {"options": {"dtn_num_heads": 5}}, "does not fit"),
     "unknown option": (None, "dyt", {"options": {"dyt_alpha": 1.0}}, "Unknown norm option"),
     "DyT without calibration data": (None, "dyt", {}, "calibration data"),
+    "Derf without calibration data": (None, "derf", {}, "'derf' cannot reproduce LayerNorm without calibration"),
     "text data for an image model": (None, "dyt", {"calibration_data": ["a text"]}, "PIL images"),
     "missing data path": (None, "dyt", {"calibration_data": "/nonexistent/data.txt"}, "does not exist"),
     "BERT folding": ("bert", "sepnorm", {"fold": True}, "post-LN"),

@@ -14,6 +14,7 @@ from hf_norms.conversion.folding import fold_norms
 FOLD_CASES = [
     ("layernorm", {}),
     ("dyt", {"dyt_per_channel_alpha": True}),
+    ("derf", {"derf_per_channel": True}),
     ("dtn", {}),
     ("sepnorm", {"sepnorm_prefix_norm": "layernorm"}),
     ("lape", {"lape_keep_input_pe": True}),
@@ -65,7 +66,7 @@ def test_folding_keeps_outputs(class_name, norm_type, options, tmp_path):
         assert torch.equal(norm.weight, torch.ones_like(norm.weight))
         assert torch.equal(norm.bias, torch.zeros_like(norm.bias))
 
-    if norm_type != "dyt":
+    if norm_type not in ("dyt", "derf"):
         return
     model.save_pretrained(tmp_path / "folded")  # a normal checkpoint: it loads and computes the same
     reloaded = type(model).from_pretrained(tmp_path / "folded").eval()

@@ -252,6 +252,15 @@ def test_card_without_report_claims_nothing(tmp_path):
     assert "not recorded here" in str(card) and "Fidelity" not in str(card)
 
 
+def test_derf_card_cites_the_paper_and_gives_the_statistics_free_caveats(tmp_path):
+    model = hf_norms.BertNormForMaskedLM(tiny_config("bert", "derf"))
+    model.save_pretrained(tmp_path)
+    text = str(model_card_for_folder(tmp_path, "org/bert-derf"))
+    assert "Dynamic erf (Derf)" in text and r"\mathrm{erf}(\alpha x + s)" in text
+    assert "Chen, Mingzhi and Lu, Taiming and Zhu, Jiachen and Sun, Mingjie and Liu, Zhuang" in text
+    assert "Derf has no statistics" in text and "Derf on BERT is outside what it tested" in text
+
+
 def test_refuses_a_stock_checkpoint(minilm_dir):
     with pytest.raises(ValueError, match="model_type 'bert'"):
         model_card_for_folder(minilm_dir, "org/stock")

@@ -241,6 +241,8 @@ def test_parameter_overheads_match_the_papers(family):
     assert count_parameters(hf_norms_model(family, "dtn")) - base == 6 * heads * norms_replaced
     assert count_parameters(hf_norms_model(family, "lape")) - base == 2 * hidden * layers
     assert count_parameters(hf_norms_model(family, "dyt")) - base == norms_replaced
+    assert count_parameters(hf_norms_model(family, "derf")) - base == 2 * norms_replaced  # alpha and shift
+    assert count_parameters(hf_norms_model(family, "derf", derf_per_channel=True)) - base == 2 * hidden * norms_replaced
     assert count_parameters(hf_norms_model(family, "sepnorm", sepnorm_prefix_norm="layernorm")) - base == (
         2 * hidden * norms_replaced
     )
@@ -258,10 +260,13 @@ def hf_norms_model(family: str, norm_type: str, **options):
     [
         (
             {"norm_type": "bogus"},
-            r"norm_type='bogus' is not supported; choose one of \['dtn', 'dyt', 'lape', 'layernorm'",
+            r"norm_type='bogus' is not supported; choose one of \['derf', 'dtn', 'dyt', 'lape', 'layernorm'",
         ),
         ({"norm_type": "dyt", "dyt_alpha_init": 0.0}, "dyt_alpha_init must be > 0, got 0.0"),
         ({"norm_type": "dyt", "dyt_alpha_init": -1.0}, "dyt_alpha_init must be > 0"),
+        ({"norm_type": "derf", "derf_alpha_init": 0.0}, "derf_alpha_init must be a finite number > 0, got 0.0"),
+        ({"norm_type": "derf", "derf_alpha_init": float("inf")}, "derf_alpha_init must be a finite number > 0"),
+        ({"norm_type": "derf", "derf_shift_init": float("nan")}, "derf_shift_init must be a finite number, got nan"),
         ({"norm_type": "dtn", "dtn_num_heads": 5}, r"DTN heads \(5\) must be a positive divisor of hidden_size \(48\)"),
         ({"norm_type": "dtn", "dtn_gate_init": 1.5}, r"dtn_gate_init must be in \[0, 1\]"),
         ({"norm_type": "sepnorm", "sepnorm_prefix_norm": "groupnorm"}, "sepnorm_prefix_norm='groupnorm'"),

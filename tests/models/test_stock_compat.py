@@ -88,6 +88,10 @@ def test_new_parameters_get_their_documented_initial_values(tmp_path):
     transformers.ViTModel(stock_config(tiny_config("vit", "layernorm"))).save_pretrained(tmp_path)
     dyt = hf_norms.ViTNormModel.from_pretrained(tmp_path, norm_type="dyt", dyt_alpha_init=0.7)
     assert all(torch.equal(m.alpha, torch.tensor([0.7])) for m in dyt.modules() if isinstance(m, hf_norms.DynamicTanh))
+    derf = hf_norms.ViTNormModel.from_pretrained(tmp_path, norm_type="derf", derf_alpha_init=0.3, derf_shift_init=0.2)
+    derf_layers = [m for m in derf.modules() if isinstance(m, hf_norms.DynamicErf)]
+    assert derf_layers and all(torch.equal(m.alpha, torch.tensor([0.3])) for m in derf_layers)
+    assert all(torch.equal(m.shift, torch.tensor([0.2])) for m in derf_layers)
     dtn = hf_norms.ViTNormModel.from_pretrained(tmp_path, norm_type="dtn", dtn_gate_init=1.0)
     for module in dtn.modules():
         if isinstance(module, hf_norms.DynamicTokenNorm):

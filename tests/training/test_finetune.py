@@ -104,7 +104,12 @@ def assert_same_tensors(actual: dict[str, torch.Tensor], expected: dict[str, tor
 # Fit + evaluate, every family x norm_type
 # --------------------------------------------------------------------------------------------------------------------
 
-EXPECTED_NORM_STATE = {"dyt": (".alpha",), "dtn": (".mean_gate", ".var_gate"), "lape": (".pe_gain",)}
+EXPECTED_NORM_STATE = {
+    "dyt": (".alpha",),
+    "derf": (".alpha", ".shift"),
+    "dtn": (".mean_gate", ".var_gate"),
+    "lape": (".pe_gain",),
+}
 
 
 @pytest.mark.parametrize("norm_type", NORM_TYPES)
@@ -302,7 +307,13 @@ def test_no_weight_decay_on_norm_and_1d_parameters(family, norm_type, tmp_path):
         if parameter.ndim <= 1 or ".pos_proj." in name or name.rsplit(".", 1)[-1] in VISION_TOKENS
     }
     assert exempt_names == expected_exempt
-    specific = {"dyt": ".alpha", "dtn": "_gate", "lape": "pe_norm.weight", "sepnorm": "prefix_norm.weight"}
+    specific = {
+        "dyt": ".alpha",
+        "derf": ".shift",
+        "dtn": "_gate",
+        "lape": "pe_norm.weight",
+        "sepnorm": "prefix_norm.weight",
+    }
     if norm_type in specific:
         assert any(name.endswith(specific[norm_type]) for name in exempt_names)
 
@@ -580,6 +591,23 @@ def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuni
     stages = dyt.trainer.model.conversion_report["stages"]
     assert type(dyt.trainer.model).__name__ == "BertNormForSequenceClassification"
     assert stages["calibrated"]["end_to_end"]["mean_cosine"] > stages["naive"]["end_to_end"]["mean_cosine"] + 0.3
+
+
+def test_a_stock_checkpoint_fine_tuned_as_derf_is_calibrated_first_keeping_explicit_options(
+    news_csv, minilm_dir, tmp_path
+):
+    csv_path = news_csv("news_derf", {"text": lambda i, t, label: t, "label": lambda i, t, label: label})
+    training = TrainingArguments(output_dir=str(tmp_path / "derf"), max_steps=1, per_device_train_batch_size=4,
+                                 use_cpu=True, report_to="none", disable_tqdm=True)  # fmt: skip
+    arguments = ModelArguments(
+        model_name_or_path=str(minilm_dir), norm_type="derf", config_overrides="derf_alpha_init=0.3"
+    )
+    model = finetune(arguments, text_data(csv_path), training).trainer.model
+    stages = model.conversion_report["stages"]
+    assert stages["calibrated"]["end_to_end"]["mean_cosine"] > stages["naive"]["end_to_end"]["mean_cosine"] + 0.3
+    assert (
+        model.config.derf_alpha_init == 0.3 and model.config.derf_per_channel is True
+    )  # explicit kept, else convert's
 
 
 def test_cli_fine_tunes_a_private_hub_checkpoint_with_token(tiny_bert_dir, news_csv, tmp_path, monkeypatch):
