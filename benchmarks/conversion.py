@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             from hf_norms import packaged
 
-            sources = {"minilm": packaged.minilm_path, "dinov2": packaged.dinov2_small_vit_path}
+            sources = {"minilm": packaged.minilm_path, "dinov2": packaged.dinov2_small_path}
             rows = []
             for name in args.models:
                 rows += measure(name, sources[name](), work, args.rounds, tuple(args.norm_types))

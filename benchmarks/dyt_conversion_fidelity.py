@@ -1,8 +1,9 @@
-"""How close converted checkpoints stay to the real MiniLM BERT and DINOv2-S ViT: exact variants, and DyT naive,
+"""How close converted checkpoints stay to the real MiniLM BERT and DINOv2-S: exact variants, and DyT or Derf naive,
 calibrated and healed, through the same `convert` and `heal` calls as `hf-norms convert` / `hf-norms heal`.
 
     python -m benchmarks.dyt_conversion_fidelity                        # both models, 15 min of healing each
     python -m benchmarks.dyt_conversion_fidelity --models minilm --heal-minutes 5 --heal-steps 150
+    python -m benchmarks.dyt_conversion_fidelity --models minilm --norm-type derf --keep-layernorm 4,5 --skip-exact
     python -m benchmarks.dyt_conversion_fidelity --smoke                 # tiny data and budgets, minutes
 
 MiniLM: BBC News (`packaged.split_train_test`, seed 0): DyT calibrated on 64 training articles, healed on the other
@@ -126,20 +127,26 @@ def prepare_data(name: str, work: Path, args: argparse.Namespace) -> dict[str, A
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Exact variants, then DyT convert, snapshot, heal, and the embeddings' cosine and probe retention."""
     work = args.work
-    source = packaged.minilm_path() if name == "minilm" else packaged.dinov2_small_vit_path()
+    source = packaged.minilm_path() if name == "minilm" else packaged.dinov2_small_path()
     modality = "text" if name == "minilm" else "image"
     load_kwargs = {} if modality == "text" else {"add_pooling_layer": False}
     data = prepare_data(name, work, args)
-    results: dict[str, Any] = {"exact_max_abs_diff": {}}
-    for norm_type in EXACT_TYPES:
+    results: dict[str, Any] = {
+        "exact_max_abs_diff": {},
+        "norm_type": args.norm_type,
+        "keep_layernorm": args.keep_layernorm,
+    }
+    for norm_type in () if args.skip_exact else EXACT_TYPES:
         report = convert(source, norm_type, work / f"{name}-{norm_type}", evaluation_data=data["exact_eval"],
                          evaluation_samples=args.eval_samples, overwrite=True)  # fmt: skip
         results["exact_max_abs_diff"][norm_type] = report["stages"]["exact"]["end_to_end"]["max_abs_diff"]
         print(f"{name} {norm_type}: max abs diff {results['exact_max_abs_diff'][norm_type]:.2e}", flush=True)
 
-    dyt, calibrated = work / f"{name}-dyt", work / f"{name}-dyt-calibrated"
-    convert(source, "dyt", dyt, calibration_data=data["calibration"], calibration_samples=args.calibration_samples,
-            evaluation_data=data["eval"], evaluation_samples=args.eval_samples, overwrite=True, progress=True)  # fmt: skip
+    variant = args.norm_type + (f"-keep-{args.keep_layernorm.replace(',', '-')}" if args.keep_layernorm else "")
+    dyt, calibrated = work / f"{name}-{variant}", work / f"{name}-{variant}-calibrated"
+    convert(source, args.norm_type, dyt, calibration_data=data["calibration"], calibration_samples=args.calibration_samples,
+            evaluation_data=data["eval"], evaluation_samples=args.eval_samples, keep_layernorm=args.keep_layernorm,
+            overwrite=True, progress=True)  # fmt: skip
     shutil.rmtree(calibrated, ignore_errors=True)
     shutil.copytree(dyt, calibrated)
     report = heal(dyt, data["heal"], max_steps=args.heal_steps, max_minutes=args.heal_minutes,
@@ -163,8 +170,9 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
 def print_tables(results: dict[str, Any]) -> None:
     print("\n| model | sepnorm | dtn | lape |\n|---|---|---|---|")
     for name, r in results.items():
-        print(f"| {name} | " + " | ".join(f"{r['exact_max_abs_diff'][t]:.1e}" for t in EXACT_TYPES) + " |")
-    print("\n| model | DyT stage | mean cosine (eval) | mean cosine (probe test) | probe accuracy | accuracy kept |")
+        if r["exact_max_abs_diff"]:
+            print(f"| {name} | " + " | ".join(f"{r['exact_max_abs_diff'][t]:.1e}" for t in EXACT_TYPES) + " |")
+    print("\n| model | stage | mean cosine (eval) | mean cosine (probe test) | probe accuracy | accuracy kept |")
     print("|---|---|---|---|---|---|")
     for name, r in results.items():
         probe = r["probe"]
@@ -196,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heal-bf16", action="store_true", help="heal under bfloat16 autocast")
     parser.add_argument("--cosine-weight", type=float, default=COSINE_WEIGHT)
     parser.add_argument("--hidden-state-weight", type=float, default=HIDDEN_STATE_WEIGHT)
+    parser.add_argument("--norm-type", default="dyt", choices=["dyt", "derf"])
+    parser.add_argument("--keep-layernorm", help="encoder layers that keep LayerNorm, e.g. 4,5")
+    parser.add_argument("--skip-exact", action="store_true", help="skip the exact sepnorm/dtn/lape conversions")
     parser.add_argument("--calibration-samples", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=128)
     parser.add_argument("--probe-train", type=int, default=600)

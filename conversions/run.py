@@ -6,7 +6,7 @@ Each `conversions/<name>.json` is one published checkpoint:
 
     {
       "repo_id": "hf-norms/<name>",
-      "source": "packaged:minilm" | "packaged:dinov2-small-vit" | a checkpoint folder | a Hub id,
+      "source": "packaged:minilm" | "packaged:dinov2-small" | a checkpoint folder | a Hub id,
       "convert": {keyword arguments of hf_norms.convert.convert: "norm_type", "options", "calibration_data",
                   "calibration_samples", "evaluation_data", "evaluation_samples", "max_length", ...},
       "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional),
@@ -42,7 +42,7 @@ RECIPES = Path(__file__).resolve().parent
 CARDS = RECIPES.parent / "model_cards"
 PACKAGED_SOURCES = {
     "packaged:minilm": packaged.minilm_path,
-    "packaged:dinov2-small-vit": packaged.dinov2_small_vit_path,
+    "packaged:dinov2-small": packaged.dinov2_small_path,
 }
 DATA_ARGUMENTS = ("calibration_data", "evaluation_data", "data")
 
