@@ -37,6 +37,7 @@ from ..version import VERSION
 from .calibration import calibrate_dyt, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
 from .data import Examples, encode_batches, load_examples, probe_examples, run_model
+from .downstream import DownstreamChecks, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .output_folders import check_output_location, check_replaceable, staged_output
@@ -156,6 +157,10 @@ def convert_model(
     batch_size: int = 16,
     fold: bool = False,
     progress: bool = False,
+    ood_evaluation_data: Any = None,
+    ood_evaluation_samples: int = 64,
+    probe_data: Any = None,
+    probe_samples: int = 256,
     **options: Any,
 ) -> nn.Module:
     """`model` (a LayerNorm ViT, DeiT or BERT of any head: a stock transformers class, or an hf-norms class with
@@ -167,6 +172,12 @@ def convert_model(
     evaluation data the calibration examples after the first `calibration_samples` are held out for evaluation, or
     built-in probe inputs are used. `model` is left as it was. The returned model (the matching hf-norms class) carries
     the fidelity report as `conversion_report`, the dict `hf-norms convert` writes as `conversion_report.json`.
+
+    Downstream checks (`downstream`), each stage measured beside the in-domain figures: `ood_evaluation_data` (what
+    `load_examples` takes, or `"packaged"`: Python documentation paragraphs / scikit-learn digits) gives every stage
+    an `out_of_domain` fidelity on its first `ood_evaluation_samples` examples; `probe_data` (`"packaged"`: BBC News
+    topics / Fashion-MNIST, or labelled `{"train": (items, labels), "test": (items, labels)}`) a linear `probe` on
+    `probe_samples` train examples and half as many test examples.
     """
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
@@ -184,6 +195,9 @@ def convert_model(
     training = teacher.training
     data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
                                evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
+    check_counts(ood_evaluation_samples=ood_evaluation_samples, probe_samples=probe_samples)
+    data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
+                                            probe_data, probe_samples, batch_size, max_length)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged)
     try:
         stages, calibration_report = measure_stages(student, teacher, data, norm_type, exact, progress)
@@ -202,6 +216,7 @@ def convert_model(
         "calibration": calibration_report,
         "healing": None,
         "evaluation": data.evaluation_record(max_length),
+        **data.downstream.records(),
         "stages": stages,
     }
     if fold:
@@ -263,6 +278,10 @@ def convert(
     revision: str | None = None,
     token: str | bool | None = None,
     progress: bool = False,
+    ood_evaluation_data: Any = None,
+    ood_evaluation_samples: int = 64,
+    probe_data: Any = None,
+    probe_samples: int = 256,
 ) -> dict[str, Any]:
     """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
 
@@ -276,7 +295,8 @@ def convert(
     if fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
-                                                              evaluation_data=evaluation_data)}  # fmt: skip
+                                                              evaluation_data=evaluation_data),
+                 **data_places(**local_data(ood_evaluation_data=ood_evaluation_data))}  # fmt: skip
     target = check_output_location(Path(output), protected)
     check_replaceable(target, overwrite)  # before the slow part; `staged_output` checks again
 
@@ -285,7 +305,9 @@ def convert(
     student = convert_model(
         teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
         calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
-        batch_size=batch_size, fold=fold, progress=progress, **dict(options or {}),
+        batch_size=batch_size, fold=fold, progress=progress, ood_evaluation_data=ood_evaluation_data,
+        ood_evaluation_samples=ood_evaluation_samples, probe_data=probe_data, probe_samples=probe_samples,
+        **dict(options or {}),
     )  # fmt: skip
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
@@ -307,6 +329,7 @@ class ConversionData:
     evaluation_batches: list[dict]
     calibration: Examples | None
     calibration_batches: list[dict] | None
+    downstream: DownstreamChecks | None = None  # out-of-domain and probe checks, measured at every stage
 
     @classmethod
     def load(cls, config, modality, processor, calibration_data, calibration_samples, evaluation_data,
@@ -347,7 +370,9 @@ def measure_stages(
     """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT, calibrating on the way), and the
     calibration's record."""
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
-    measure = lambda: measure_fidelity(student, teacher, data.evaluation_batches, norm_names)  # noqa: E731
+    measure = lambda: with_downstream(  # noqa: E731
+        measure_fidelity(student, teacher, data.evaluation_batches, norm_names), data.downstream, student, teacher
+    )
     if norm_type != "dyt":
         return {"exact" if exact else "naive": measure()}, None
     stages = {"naive": measure()}
