@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -273,3 +274,24 @@ def local_data(**sources: Any) -> dict[str, Any]:
     """The data sources that may be local paths (for `convert.data_places`): `"packaged"` and `"packaged:<key>"`
     name no file, and neither do in-memory ones."""
     return {name: value for name, value in sources.items() if value != PACKAGED and packaged_key(value) is None}
+
+
+def checks_for_report(report: dict[str, Any], processor, modality: str, ood_data: Any = None, probe_data: Any = None,
+                      batch_size: int = 16) -> DownstreamChecks:  # fmt: skip
+    """The checks a report's conversion made, for measuring a later stage (healing) the same way: its recorded
+    out-of-domain data and probe data (reloadable when packaged or a path), or `ood_data` / `probe_data` in their
+    place, with the recorded sample counts and `max_length`."""
+    ood, probe = report.get("out_of_domain_evaluation"), report.get("probe_evaluation")
+    ood_source = ood_data if ood_data is not None else (ood or {}).get("data")
+    probe_source = probe_data if probe_data is not None else (probe or {}).get("data")
+    if ood_data is None and ood and packaged_key(ood_source) is None and not Path(ood_source).exists():
+        raise ConversionError(
+            f"The conversion was evaluated out of domain on {ood_source!r}, which cannot be reloaded: give "
+            "--ood-evaluation-data."
+        )
+    if probe_data is None and probe and packaged_key(probe_source) is None:
+        raise ConversionError(f"The conversion's probe data {probe_source!r} cannot be reloaded: give probe_data.")
+    return DownstreamChecks.load(
+        processor, modality, ood_source, (ood or {}).get("samples", 64), probe_source,
+        (probe or {}).get("train_samples", 256), batch_size, report["evaluation"]["max_length"],
+    )  # fmt: skip
