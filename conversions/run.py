@@ -15,7 +15,9 @@ Each `conversions/<name>.json` is one published checkpoint:
 
 Data arguments may name packaged data as `packaged:bbc_news:<train|test>:<count>` (the first `count` articles of
 `packaged.split_train_test(packaged.bbc_news())`'s split, one per line) or `packaged:fashion_mnist:<train|test>:<count>`
-(the first `count` images as PNG files); they are written once under `<work>/data/` as `<key>-<split>-<count>`, a name
+(the first `count` images as PNG files), and out-of-domain data as `packaged:python_docs:<count>` (the first `count` of
+`packaged.python_docs_paragraphs()`) or `packaged:digits:<count>` (the first `count` of `packaged.digits_images()`, PNG
+files); they are written once under `<work>/data/` as `<key>-<split>-<count>`, a name
 the card maps to the Hub dataset. The checkpoint is built in `<work>/<name>` (kept, so `--render-only` re-renders the
 card from its report), the card is written to `model_cards/<name>.md`, and `--push` uploads the folder with the same
 card to `repo_id` (endpoint from `--endpoint` or `HF_ENDPOINT`, token from HF_TOKEN or `hf auth login`).
@@ -44,7 +46,7 @@ PACKAGED_SOURCES = {
     "packaged:minilm": packaged.minilm_path,
     "packaged:dinov2-small": packaged.dinov2_small_path,
 }
-DATA_ARGUMENTS = ("calibration_data", "evaluation_data", "data")
+DATA_ARGUMENTS = ("calibration_data", "evaluation_data", "ood_evaluation_data", "data")
 
 
 def load_recipe(name: str) -> dict[str, Any]:
@@ -57,8 +59,11 @@ def load_recipe(name: str) -> dict[str, Any]:
 
 def packaged_data(reference: str, data_dir: Path) -> str:
     """Write `packaged:<key>:<split>:<count>` under `data_dir` (once) and return its path; other values unchanged."""
-    if not reference.startswith("packaged:"):
+    if not reference.startswith("packaged:") or reference == "packaged":
         return reference
+    if reference.count(":") == 2:  # out-of-domain data has no split
+        _, key, count = reference.split(":")
+        return out_of_domain_data(key, int(count), data_dir)
     _, key, split, count = reference.split(":")
     count = int(count)
     target = data_dir / f"{key}-{split}-{count}"
@@ -79,6 +84,27 @@ def packaged_data(reference: str, data_dir: Path) -> str:
             staging.rename(target)
     else:
         raise SystemExit(f"Unknown packaged data {reference!r}: use bbc_news or fashion_mnist.")
+    return str(target)
+
+
+def out_of_domain_data(key: str, count: int, data_dir: Path) -> str:
+    """Write `packaged:python_docs:<count>` (a .txt file, one paragraph a line) or `packaged:digits:<count>` (PNG
+    files) under `data_dir` as `<key>-<count>` (once) and return its path."""
+    target = data_dir / f"{key}-{count}"
+    if key == "python_docs":
+        target = target.with_suffix(".txt")
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("\n".join(packaged.python_docs_paragraphs(count)) + "\n", encoding="utf-8")
+    elif key == "digits":
+        if not target.is_dir():
+            staging = target.with_name(f".{target.name}.partial")
+            staging.mkdir(parents=True, exist_ok=True)
+            for index, image in enumerate(packaged.digits_images(count)):
+                image.save(staging / f"{index:05d}.png")
+            staging.rename(target)
+    else:
+        raise SystemExit(f"Unknown out-of-domain data packaged:{key}:{count}: use python_docs or digits.")
     return str(target)
 
 

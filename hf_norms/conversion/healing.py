@@ -33,6 +33,7 @@ from ..models.auto_registration import MODEL_CLASSES
 from .checkpoint_io import ConversionError, resolve_source
 from .convert import check_counts, data_places, save_checkpoint
 from .data import Examples, encode_batches, load_examples, probe_examples, real_token_mask
+from .downstream import checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
 from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
 from .report import REPORT_JSON, read_report, write_report
@@ -209,6 +210,8 @@ def heal(
     token: str | bool | None = None,
     progress: bool = True,
     seed: int = 0,
+    ood_evaluation_data: Any = None,
+    probe_data: Any = None,
 ) -> dict[str, Any]:
     """Distil the converted checkpoint `folder` from its original on `data` (unlabeled; anything `load_examples`
     takes); write the healed checkpoint to `output` (default: `folder`, replaced when complete) and return the report.
@@ -219,7 +222,9 @@ def heal(
     folder), which is removed after success. `work_dir` is created by heal (a folder heal did not make is refused);
     the output, the work folder, the teacher and the data may not overlap, which is checked before training. Evaluation
     uses the report's evaluation examples when their source is a path, else `evaluation_data`; examples of the
-    evaluation range are left out of training when both come from the same source.
+    evaluation range are left out of training when both come from the same source. The report's out-of-domain and
+    probe checks (`downstream`) are made again on the healed model, on their recorded data or on
+    `ood_evaluation_data` / `probe_data`; given without such a record, they are made on the healed model only.
     """
     check_counts(max_steps=max_steps, batch_size=batch_size, max_length=max_length, save_steps=save_steps,
                  **({"samples": samples} if samples is not None else {}))  # fmt: skip
@@ -235,12 +240,14 @@ def heal(
         allow_pickle=allow_pickle,
         token=token,
     )
-    places = HealingPlaces.check(folder, output, work_dir, overwrite, resume, source, data, evaluation_data)
+    places = HealingPlaces.check(folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
+                                 **local_data(ood_evaluation_data=ood_evaluation_data))  # fmt: skip
     source_model = inspect_source(source)
     processor = load_processor(folder, source_model.modality)
     if processor is None:
         raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
     evaluation, examples = healing_examples(report, source_model.modality, data, evaluation_data, samples)
+    checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
 
     with quiet_transformers():
         student = MODEL_CLASSES[report["architecture"]].from_pretrained(folder, dtype=torch.float32)
@@ -259,10 +266,12 @@ def heal(
     )  # fmt: skip
     seconds = time.perf_counter() - started
 
-    report["stages"]["healed"] = measure_fidelity(
+    report["stages"]["healed"] = with_downstream(measure_fidelity(
         student, teacher_model, encode_batches(processor, evaluation, batch_size, report["evaluation"]["max_length"]),
         list(next(iter(report["stages"].values()))["per_norm"]),
-    )  # fmt: skip
+    ), checks, student, teacher_model)  # fmt: skip
+    if checks.active:
+        report.update(checks.records())
     report["healing"] = {
         "data": examples.description, "samples": len(examples), "steps": steps, "seconds": round(seconds, 1),
         "loss": loss_description(cosine_weight, hidden_state_weight), "learning_rate": learning_rate,
@@ -294,11 +303,13 @@ class HealingPlaces:
     protected: dict[str, Path]
 
     @classmethod
-    def check(cls, folder, output, work_dir, overwrite, resume, source, data, evaluation_data) -> HealingPlaces:
+    def check(cls, folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
+              **other_data) -> HealingPlaces:  # fmt: skip
         """Refuse, before anything is trained, an output or work folder that overlaps the folder, each other, the
         teacher, the data, the working directory or the home folder; an existing output hf-norms did not write; and a
         work folder heal did not make (or, with `resume`, none at all)."""
-        protected = {"the teacher": source.path, **data_places(data=data, evaluation_data=evaluation_data)}
+        protected = {"the teacher": source.path,
+                     **data_places(data=data, evaluation_data=evaluation_data, **other_data)}  # fmt: skip
         target = folder
         if output is not None and Path(output).expanduser().resolve() != folder:
             target = check_output_location(Path(output), {**protected, "the converted folder": folder})

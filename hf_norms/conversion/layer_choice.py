@@ -110,3 +110,26 @@ def sweep_layernorm_layers(
         ),
     }
     return variant, record
+
+
+def layer_plan(
+    norm_type: str, num_layers: int, keep_layernorm: Any, target_cosine: float | None, exact: bool
+) -> dict[str, Any]:
+    """The `layer_norm_types` option that `keep_layernorm` asks for (empty when it is None), after checking that the
+    per-layer choice fits: not both ways at once, not LaPE, and a target cosine only where the conversion is inexact."""
+    if keep_layernorm is not None and target_cosine is not None:
+        raise ConversionError("Give either --keep-layernorm or --target-cosine, not both.")
+    if norm_type == "lape" and (keep_layernorm is not None or target_cosine is not None):
+        raise ConversionError(
+            "LaPE's position norms span all layers: --keep-layernorm and --target-cosine do not apply."
+        )
+    if target_cosine is not None:
+        if exact:
+            raise ConversionError(f"The {norm_type} conversion is exact: there is no LayerNorm layer to choose.")
+        if not 0 < target_cosine <= 1:
+            raise ConversionError(f"--target-cosine must be in (0, 1], got {target_cosine}.")
+        return {}
+    if keep_layernorm is None:
+        return {}
+    kept = parse_layer_selection(keep_layernorm, num_layers)
+    return {"layer_norm_types": layer_norm_types(norm_type, num_layers, kept)}

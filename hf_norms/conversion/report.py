@@ -111,6 +111,7 @@ def report_markdown(report: dict[str, Any]) -> str:
     ]
     for name in names:
         lines.append(f"| `{name}` | " + " | ".join(_number(stages[s]["per_norm"].get(name)) for s in stages) + " |")
+    lines += downstream_markdown(report)
     return "\n".join(lines + layer_sweep_markdown(report.get("layer_sweep"))) + "\n"
 
 
@@ -139,6 +140,52 @@ def layer_sweep_markdown(sweep: dict[str, Any] | None) -> list[str]:
             f"{_number(calibration['max_abs_diff'])} | {_number(evaluation['mean_cosine'])} | "
             f"{_number(evaluation['max_abs_diff'])} |"
         )
+    return lines
+
+
+def downstream_markdown(report: dict[str, Any]) -> list[str]:
+    """Lines of the downstream tables (`downstream`): in-domain and out-of-domain fidelity side by side, and the linear
+    probe's accuracy, per stage; nothing for a check that was not made."""
+    stages, lines = report["stages"], []
+    ood, probe = report.get("out_of_domain_evaluation"), report.get("probe_evaluation")
+    if ood:
+        lines += [
+            "",
+            "## In domain and out of domain",
+            "",
+            f"In domain: `{report['evaluation']['data']}`; out of domain: {ood['name']} (`{ood['data']}`, "
+            f"{ood['samples']} examples). Mean cosine of the pooled final hidden states and max abs diff to the original.",
+            "",
+            "| stage | in-domain cosine | out-of-domain cosine | in-domain max abs diff | out-of-domain max abs diff |",
+            "|---|---|---|---|---|",
+        ]
+        for stage, metrics in stages.items():
+            inside, outside = metrics["end_to_end"], metrics.get("out_of_domain") or {}
+            lines.append(
+                f"| {stage} | {_number(inside['mean_cosine'])} | {_number(outside.get('mean_cosine'))} | "
+                f"{_number(inside['max_abs_diff'])} | {_number(outside.get('max_abs_diff'))} |"
+            )
+    if probe:
+        lines += [
+            "",
+            "## Linear probe",
+            "",
+            f"{probe['name']} (`{probe['data']}`): {probe['method']}, fitted on the original's features of "
+            f"{probe['train_samples']} training examples, scored on {probe['test_samples']} test examples. Points kept: "
+            "the converted model's accuracy minus the original's, in percentage points.",
+            "",
+            "| stage | original | converted, original's probe | converted, refitted probe | points kept | "
+            "points kept (refitted) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for stage, metrics in stages.items():
+            scores = metrics.get("probe") or {}
+            lines.append(
+                f"| {stage} | " + " | ".join(_number(scores.get(key)) for key in (
+                    "teacher_accuracy", "student_accuracy", "student_retrained_accuracy")) + " | "
+                + " | ".join("n/a" if scores.get(key) is None else f"{scores[key]:+.1f}"
+                             for key in ("points_kept", "points_kept_retrained")) + " |"
+            )  # fmt: skip
     return lines
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..conversion.downstream import dataset_name
 from ..models.norm_options import NormOptions
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
 from .card_facts import (
@@ -82,14 +83,74 @@ def eval_results(facts: CardFacts) -> list[EvalResult]:
             task_type=task,
             task_name="fidelity to the source checkpoint",
             dataset_type=hub_dataset(data) or data,
-            dataset_name=data,
+            dataset_name=dataset_name(data),
             metric_type=metric_type,
             metric_value=measured[key],
             metric_name=f"{description} ({stage})",
         )
         for key, (metric_type, description) in FIDELITY_METRICS.items()
         if measured.get(key) is not None
-    ]
+    ] + downstream_eval_results(facts, task, stage)
+
+
+# probe figure -> (model-index metric type, what it measures)
+PROBE_METRICS = {
+    "teacher_accuracy": ("accuracy", "accuracy of the source checkpoint, linear probe fitted on its features"),
+    "student_accuracy": ("accuracy", "accuracy of this checkpoint through the source's linear probe"),
+    "student_retrained_accuracy": ("accuracy", "accuracy of this checkpoint, linear probe refitted on its features"),
+}
+
+
+def downstream_eval_results(facts: CardFacts, task: str, stage: str) -> list[EvalResult]:
+    """model-index entries of the published stage's out-of-domain fidelity and linear probe, where measured."""
+    report, measured = facts.report, facts.report["stages"][stage]
+    results = []
+    ood = report.get("out_of_domain_evaluation")
+    if ood and measured.get("out_of_domain"):
+        data = data_name(ood["data"])
+        results += [
+            EvalResult(task_type=task, task_name="fidelity to the source checkpoint, out of domain",
+                       dataset_type=hub_dataset(data) or data, dataset_name=ood.get("name") or dataset_name(data),
+                       metric_type=metric_type, metric_value=measured["out_of_domain"][key],
+                       metric_name=f"{description}, out of domain ({stage})")
+            for key, (metric_type, description) in FIDELITY_METRICS.items()
+            if measured["out_of_domain"].get(key) is not None
+        ]  # fmt: skip
+    probe = report.get("probe_evaluation")
+    if probe and measured.get("probe"):
+        data = data_name(probe["data"])
+        results += [
+            EvalResult(task_type="text-classification" if facts.family == "bert" else "image-classification",
+                       task_name="linear probe on pooled features", dataset_type=hub_dataset(data) or data,
+                       dataset_name=probe["name"], dataset_split="test", metric_type=metric_type,
+                       metric_value=measured["probe"][key], metric_name=f"{description} ({stage})")
+            for key, (metric_type, description) in PROBE_METRICS.items()
+        ]  # fmt: skip
+    return results
+
+
+def downstream_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The card's downstream table, one row per stage: in-domain and out-of-domain cosine, probe accuracies; empty
+    when the report has neither check (and a dash for a figure a stage lacks)."""
+    report = report or {}
+    if not (report.get("out_of_domain_evaluation") or report.get("probe_evaluation")):
+        return []
+    rows = []
+    for stage in STAGES:
+        measured = (report.get("stages") or {}).get(stage)
+        if measured:
+            ood, probe = measured.get("out_of_domain") or {}, measured.get("probe") or {}
+            figure = lambda values, key, fmt: "—" if values.get(key) is None else fmt.format(values[key])  # noqa: E731
+            rows.append({
+                "stage": stage,
+                "cosine": figure(measured["end_to_end"], "mean_cosine", "{:.4f}"),
+                "ood_cosine": figure(ood, "mean_cosine", "{:.4f}"),
+                "teacher": figure(probe, "teacher_accuracy", "{:.3f}"),
+                "student": figure(probe, "student_accuracy", "{:.3f}"),
+                "retrained": figure(probe, "student_retrained_accuracy", "{:.3f}"),
+                "kept": figure(probe, "points_kept", "{:+.1f}"),
+            })  # fmt: skip
+    return rows
 
 
 def provenance(facts: CardFacts) -> list[str]:
@@ -236,6 +297,14 @@ def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
     return rows
 
 
+def readable_data(description: str) -> str:
+    """`BBC News (held-out articles) (bbc_news-test-128.txt)` for a known packaged set, else the description without
+    local folders."""
+    data = data_name(description)
+    name = dataset_name(data)
+    return data if name == data else f"{name} ({data})"
+
+
 def render_model_card(facts: CardFacts) -> ModelCard:
     """The card of `facts`, from the shipped template."""
     paper: Paper | None = PAPERS.get(facts.norm_type)
@@ -256,8 +325,9 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         paper=paper,
         provenance=provenance(facts),
         report=facts.report,
-        evaluation_data=data_name(facts.report["evaluation"]["data"]) if facts.report else None,
+        evaluation_data=readable_data(facts.report["evaluation"]["data"]) if facts.report else None,
         fidelity_rows=fidelity_rows(facts.report),
+        downstream_rows=downstream_rows(facts.report),
         training_metrics=training_metrics,
         limitations=limitations(facts),
         supported_transformers=SUPPORTED_TRANSFORMERS,

@@ -1,0 +1,144 @@
+"""Downstream proof beside cosine: the packaged out-of-domain sets, the linear probe, and the report and card blocks
+of a tiny conversion (`hf_norms.conversion.downstream`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_norms import packaged
+from hf_norms.conversion import healing
+from hf_norms.conversion.convert import convert
+from hf_norms.conversion.data import PROBE_SENTENCES
+from hf_norms.conversion.downstream import accuracy, dataset_name, fit_probe, probe_scores, probe_set
+from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
+from hf_norms.hub.model_card import model_card_for_folder
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_python_docs_paragraphs_are_deterministic_prose():
+    paragraphs = packaged.python_docs_paragraphs(20)
+    assert paragraphs == packaged.python_docs_paragraphs(20) and len(paragraphs) == 20
+    assert packaged.python_docs_paragraphs(5) == paragraphs[:5]  # a prefix of one fixed order
+    assert len(packaged.python_docs_paragraphs()) > 300
+    low, high = packaged.PYTHON_DOCS_CHARS
+    assert all(low <= len(text) <= high and "\n" not in text for text in paragraphs)
+    assert len(set(paragraphs)) == 20
+
+
+def test_digits_images_are_rgb_upscaled_digits():
+    images = packaged.digits_images(6)
+    assert len(images) == 6 and all(image.mode == "RGB" and image.size == (32, 32) for image in images)
+    raw, labels = packaged.digits(6)
+    assert (
+        raw.shape == (6, 8, 8) and raw.dtype.name == "uint8" and raw.max() == 255 and labels.tolist() == list(range(6))
+    )
+    assert [image.tobytes() for image in images] == [image.tobytes() for image in packaged.digits_images(6)]
+    assert dataset_name("packaged:digits") == "scikit-learn digits"
+    assert dataset_name("/tmp/x/python_docs-64.txt") == "Python documentation paragraphs"
+    assert dataset_name("other.txt") == "other.txt"
+
+
+def test_probe_on_separable_features_and_on_exact_features():
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(60) % 3
+    centres = torch.tensor([[4.0, 0.0, 0.0, 0.0], [0.0, 4.0, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0]])
+    features = centres[labels] + 0.3 * torch.randn(60, 4, generator=generator)
+    probe = fit_probe(features[:40], labels[:40], 3)
+    assert accuracy(probe, features[40:], labels[40:]) == 1.0
+    assert (probe.predict(centres) == torch.arange(3)).all()
+    probes = probe_set({"train": ([""] * 40, labels[:40]), "test": ([""] * 20, labels[40:])}, "text", 40)
+    assert probes.num_classes == 3 and probes.test_labels.tolist() == labels[40:].tolist()
+    same = probe_scores((features[:40], features[40:]), (features[:40].clone(), features[40:].clone()), probes)
+    assert same["teacher_accuracy"] == same["student_accuracy"] == same["student_retrained_accuracy"] == 1.0
+    assert same["points_kept"] == 0.0 == same["points_kept_retrained"]
+    # features that lost the class information: the teacher's probe falls to chance or below
+    noise = torch.randn(60, 4, generator=generator)
+    lost = probe_scores((features[:40], features[40:]), (noise[:40], noise[40:]), probes)
+    assert lost["student_accuracy"] < 0.7 and lost["points_kept"] < -30
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_proof(tiny_bert_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("proof") / "bert-dtn"
+    report = convert(
+        tiny_bert_dir, "dtn", folder, options={"dtn_gate_init": 0.5}, evaluation_data=list(PROBE_SENTENCES),
+        evaluation_samples=2, ood_evaluation_data="packaged", ood_evaluation_samples=4, probe_data="packaged",
+        probe_samples=10, max_length=32,
+    )  # fmt: skip
+    return folder, report
+
+
+def test_report_has_out_of_domain_and_probe_blocks(tiny_bert_proof):
+    folder, report = tiny_bert_proof
+    saved = json.loads((folder / REPORT_JSON).read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert saved["out_of_domain_evaluation"]["data"] == "packaged:python_docs"
+    assert saved["out_of_domain_evaluation"]["name"] == "Python documentation paragraphs"
+    assert saved["out_of_domain_evaluation"]["samples"] == 4
+    assert saved["probe_evaluation"]["train_samples"] == 10 and saved["probe_evaluation"]["test_samples"] == 5
+    stage = saved["stages"]["naive"]
+    assert set(stage["out_of_domain"]) == {"max_abs_diff", "mean_cosine", "top1_agreement", "kl_divergence"}
+    assert -1.0 <= stage["out_of_domain"]["mean_cosine"] <= 1.0 and stage["out_of_domain"]["max_abs_diff"] > 0
+    probe = stage["probe"]
+    assert 0 <= probe["teacher_accuracy"] <= 1 and 0 <= probe["student_accuracy"] <= 1
+    assert probe["points_kept"] == pytest.approx(100 * (probe["student_accuracy"] - probe["teacher_accuracy"]))
+    markdown = (folder / REPORT_MD).read_text()
+    assert "## In domain and out of domain" in markdown and "## Linear probe" in markdown
+    assert (
+        f"| naive | {stage['end_to_end']['mean_cosine']:.4f} | {stage['out_of_domain']['mean_cosine']:.4f} |"
+        in markdown
+    )
+
+
+def test_card_carries_in_domain_out_of_domain_and_probe_results(tiny_bert_proof):
+    folder, report = tiny_bert_proof
+    card = model_card_for_folder(folder, "hf-norms/tiny-bert-dtn")
+    entries = {(result.dataset_name, result.metric_name): result.metric_value for result in card.data.eval_results}
+    stage = report["stages"]["naive"]
+    assert entries[("Python documentation paragraphs", "mean cosine similarity to the source model's outputs, out "
+                    "of domain (naive)")] == stage["out_of_domain"]["mean_cosine"]  # fmt: skip
+    probe_name = "BBC News topics (5 classes)"
+    assert (
+        entries[(probe_name, "accuracy of this checkpoint through the source's linear probe (naive)")]
+        == (stage["probe"]["student_accuracy"])
+    )
+    assert (
+        entries[(probe_name, "accuracy of the source checkpoint, linear probe fitted on its features (naive)")]
+        == (stage["probe"]["teacher_accuracy"])
+    )
+    text = str(card)
+    assert "| stage | in-domain cosine | out-of-domain cosine |" in text
+    assert f"| naive | {stage['end_to_end']['mean_cosine']:.4f} | {stage['out_of_domain']['mean_cosine']:.4f} |" in text
+    assert "Python documentation paragraphs" in text and probe_name in text
+
+
+def test_card_without_downstream_checks_shows_none(tiny_bert_dir, tmp_path):
+    folder = tmp_path / "bert-sepnorm"
+    report = convert(tiny_bert_dir, "sepnorm", folder, max_length=16)
+    assert report["out_of_domain_evaluation"] is None and report["probe_evaluation"] is None
+    assert "out_of_domain" not in report["stages"]["exact"]
+    card = model_card_for_folder(folder, "hf-norms/tiny-bert-sepnorm")
+    assert all("out of domain" not in result.metric_name for result in card.data.eval_results)
+    assert "out-of-domain cosine" not in str(card) and "## Linear probe" not in (folder / REPORT_MD).read_text()
+
+
+def test_dyt_stages_and_healing_keep_the_downstream_checks(tiny_vit_dir, tmp_path):
+    images = packaged.digits_images(12)  # calibration data; the out-of-domain data is the packaged digits as well
+    folder = tmp_path / "vit-dyt"
+    report = convert(
+        tiny_vit_dir, "dyt", folder, calibration_data=images[:8], calibration_samples=8, evaluation_data=images[8:],
+        evaluation_samples=4, ood_evaluation_data="packaged", ood_evaluation_samples=3, probe_data="packaged",
+        probe_samples=8,
+    )  # fmt: skip
+    assert report["out_of_domain_evaluation"]["name"] == "scikit-learn digits"
+    assert report["probe_evaluation"]["name"] == "Fashion-MNIST (10 classes)"
+    assert {"out_of_domain", "probe"} <= set(report["stages"]["naive"]) & set(report["stages"]["calibrated"])
+    healed = healing.heal(folder, images[:8], max_steps=1, warmup_steps=0, batch_size=4, progress=False,
+                          evaluation_data=images[8:])  # fmt: skip
+    assert {"out_of_domain", "probe"} <= set(healed["stages"]["healed"])
+    teacher_accuracy = {stage["probe"]["teacher_accuracy"] for stage in healed["stages"].values()}
+    assert len(teacher_accuracy) == 1  # the same probe data and teacher at every stage
