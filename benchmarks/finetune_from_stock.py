@@ -4,12 +4,13 @@ transformers `Trainer` on 400 BBC News articles for 2 epochs, evaluated on the 4
 
 Each model is what a user gets from the obvious call: `BertNormForSequenceClassification.from_pretrained(minilm,
 norm_type=T, num_labels=5)` with default options (which keep a LayerNorm checkpoint's function for DTN, SepNorm and
-LaPE), and for DyT, which cannot keep it, `hf_norms.convert_model` of the LayerNorm model calibrated on 64 of the
+LaPE), and for DyT and Derf, which cannot keep it, `hf_norms.convert_model` of the LayerNorm model calibrated on 64 of the
 training articles (16 more held out to measure it). Training: `Trainer` with its default optimiser and learning rate
 (AdamW, 5e-5, linear decay), batch 16, 128 tokens, seed 0; no hf-norms Trainer subclass.
 
     python -m benchmarks.finetune_from_stock                       # every norm_type (about 10 min on 2 quiet cores)
     python -m benchmarks.finetune_from_stock --norm-types layernorm dyt
+    python -m benchmarks.finetune_from_stock --norm-types layernorm path/to/healed-minilm-derf   # a converted folder
     python -m benchmarks.finetune_from_stock --smoke               # a few examples, to check it runs
 """
 
@@ -19,6 +20,7 @@ import argparse
 import json
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,6 +30,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, Traini
 import hf_norms
 from benchmarks.timing import markdown_table
 from hf_norms import packaged
+from hf_norms.models.norms import function_preserving_options
 from hf_norms.training.data import packaged_dataset
 
 TRAIN_ARTICLES, CALIBRATION_ARTICLES, CALIBRATION_HELD_OUT = 400, 64, 16
@@ -35,15 +38,19 @@ HEADER = ["norm_type", "start", "accuracy", "points below layernorm", "train s"]
 
 
 def starting_model(norm_type: str, tokenizer, train_texts: list[str]) -> tuple[torch.nn.Module, str]:
-    """The model a user starts from, and how it was made (for the table)."""
+    """The model a user starts from, and how it was made (for the table). `norm_type` may also be a checkpoint folder
+    (e.g. a converted and healed one), loaded as it is."""
+    if Path(norm_type).is_dir():
+        model = hf_norms.BertNormForSequenceClassification.from_pretrained(norm_type, num_labels=5)
+        return model, f"from_pretrained({Path(norm_type).name})"
     minilm = str(packaged.minilm_path())
-    if norm_type != "dyt":
+    if function_preserving_options(norm_type) is not None:
         model = hf_norms.BertNormForSequenceClassification.from_pretrained(minilm, norm_type=norm_type, num_labels=5)
         return model, "from_pretrained, default options"
     layernorm = hf_norms.BertNormForSequenceClassification.from_pretrained(minilm, num_labels=5)
     texts = train_texts[: CALIBRATION_ARTICLES + CALIBRATION_HELD_OUT]
     samples = max(1, min(CALIBRATION_ARTICLES, len(texts) - CALIBRATION_HELD_OUT))
-    model = hf_norms.convert_model(layernorm, "dyt", texts, processor=tokenizer, calibration_samples=samples)
+    model = hf_norms.convert_model(layernorm, norm_type, texts, processor=tokenizer, calibration_samples=samples)
     cosine = model.conversion_report["stages"]["calibrated"]["end_to_end"]["mean_cosine"]
     return model, f"convert_model, calibrated on {samples} articles (cosine {cosine:.3f})"
 
@@ -77,8 +84,9 @@ def fine_tune(model: torch.nn.Module, tokenizer, train, test, epochs: float) -> 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--norm-types", nargs="+", default=sorted(hf_norms.NORM_TYPES), choices=sorted(hf_norms.NORM_TYPES)
-    )
+        "--norm-types", nargs="+", default=sorted(hf_norms.NORM_TYPES),
+        help=f"any of {sorted(hf_norms.NORM_TYPES)}, or converted checkpoint folders to fine-tune as they are",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", help="also write the results as JSON to this file")
     parser.add_argument("--smoke", action="store_true", help="16 training and 16 test articles, a fraction of an epoch")

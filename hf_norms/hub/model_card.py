@@ -174,7 +174,7 @@ def provenance(facts: CardFacts) -> list[str]:
         steps.append(f"Source: {source}.")
         steps.append(
             f"Converted with hf-norms {facts.hf_norms_version} to `{facts.architecture}`, "
-            f'`norm_type="{facts.norm_type}"`, {exact}.'
+            f'`norm_type="{facts.norm_type}"`{layers_kept(facts, report)}, {exact}.'
             + (
                 " The norms' gamma and beta were then folded into the Linear layers that read them."
                 if report.get("folded")
@@ -207,6 +207,25 @@ def provenance(facts: CardFacts) -> list[str]:
             f"{f' ({detail})' if detail else ''}."
         )
     return [*steps, *facts.notes]
+
+
+def layers_kept(facts: CardFacts, report: dict[str, Any]) -> str:
+    """`" in layers 0-3, with the source's LayerNorm kept in layers 4, 5 (...)"`, or "" when every layer converted."""
+    types = facts.norm_options.get("layer_norm_types")
+    if not types:
+        return ""
+    kept = [index for index, kind in enumerate(types) if kind == "layernorm"]
+    converted = [index for index, kind in enumerate(types) if kind != "layernorm"]
+    sweep = report.get("layer_sweep")
+    why = (
+        f" (the fewest last layers whose cosine to the source reached {sweep['target_cosine']} on the calibration data)"
+        if sweep and sweep.get("reached")
+        else ""
+    )
+    return (
+        f" in encoder layers {', '.join(map(str, converted)) or 'none'}, with the source's LayerNorm kept in layers "
+        f"{', '.join(map(str, kept))}{why}"
+    )
 
 
 def plural(count: int, noun: str) -> str:

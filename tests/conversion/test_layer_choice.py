@@ -13,6 +13,7 @@ import hf_norms
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.layer_choice import parse_layer_selection
 from hf_norms.conversion.report import REPORT_MD, REPORT_PNG
+from hf_norms.hub.model_card import model_card_for_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -122,6 +123,8 @@ def test_the_command_line_keeps_the_named_layers(tiny_bert_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     reloaded = hf_norms.BertNormForMaskedLM.from_pretrained(out)
     assert reloaded.config.layer_norm_types == ["dyt", "layernorm"]
+    card = str(model_card_for_folder(out, "org/tiny-bert-dyt"))
+    assert "in encoder layers 0, with the source's LayerNorm kept in layers 1, approximately" in card
 
     wrong = subprocess.run([*command[:-1], "--keep-layernorm", "7", "--overwrite"], capture_output=True, text=True,
                            timeout=300)  # fmt: skip
