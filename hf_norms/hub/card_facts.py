@@ -114,6 +114,11 @@ class CardFacts:
         return "sentence-transformers" if self.sentence_transformers else "transformers"
 
     @property
+    def pipeline_task(self) -> str | None:
+        """The transformers `pipeline()` task that runs the checkpoint (no pipeline is called sentence-similarity)."""
+        return "feature-extraction" if self.sentence_transformers else self.pipeline_tag
+
+    @property
     def pipeline_tag(self) -> str | None:
         if self.sentence_transformers:
             return "sentence-similarity"
@@ -247,7 +252,7 @@ def hub_dataset(description: str | None) -> str | None:
     its file name (`bbc_news-train.txt` -> `SetFit/bbc-news`)."""
     if not description:
         return None
-    name = data_name(description)
+    name = data_name(description).removeprefix("packaged:")
     return HUB_DATASETS.get(re.split(r"[-.\s]", name)[0]) or (name if looks_like_repo_id(name) else None)
 
 

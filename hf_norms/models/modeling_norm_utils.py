@@ -25,7 +25,7 @@ logger = logging.get_logger(__name__)
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
-DYT_LOADING_WARNING = (
+NOT_PRESERVING_WARNING = (
     "A LayerNorm checkpoint loaded into norm_type={norm_type!r} does not compute what it computed (no option can make "
     "it), and fine-tuning may not learn from this start: calibrate it first with "
     "hf_norms.convert_model(model, {norm_type!r}, calibration_data=...) or `hf-norms convert`."
@@ -72,7 +72,7 @@ class NormPreTrainedMixin:
             if stored.get("norm_type", "layernorm") == "layernorm" and norm_type != "layernorm":
                 preserving = function_preserving_options(norm_type, explicit=kwargs)
                 if preserving is None:
-                    logger.warning(DYT_LOADING_WARNING.format(norm_type=norm_type))
+                    logger.warning(NOT_PRESERVING_WARNING.format(norm_type=norm_type))
                 kwargs.update(preserving or {})
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 

@@ -47,6 +47,11 @@ def test_the_card_and_remote_code_of_a_converted_sentence_transformer(minilm_dir
     card = model_card_for_folder(output, "org/minilm-dtn")
     assert card.data.library_name == "sentence-transformers" and card.data.pipeline_tag == "sentence-similarity"
     assert 'SentenceTransformer("org/minilm-dtn", trust_remote_code=True)' in card.text
+    assert 'pipeline("feature-extraction", model="org/minilm-dtn"' in card.text  # a task pipeline() knows
+    from transformers import pipeline
+
+    features = pipeline("feature-extraction", model=str(output))(long_articles[0][:200])
+    assert len(features[0][0]) == 384
     code = f"""
         import json
         from sentence_transformers import SentenceTransformer
