@@ -197,7 +197,7 @@ def convert_model(
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
     merged, exact = norm_options(norm_type, options)
-    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact))
+    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
     if needs_calibration(norm_type) and calibration_data is None:
         raise ConversionError(
             f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
@@ -221,7 +221,7 @@ def convert_model(
         if target_cosine is not None:
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
                                                            target_cosine)  # fmt: skip
-            stages["calibrated"] = with_downstream(
+            stages[list(stages)[-1]] = with_downstream(  # `naive` where nothing is calibrated (DTN at gate 0.5)
                 measure_fidelity(student, teacher, data.evaluation_batches, norm_names),
                 data.downstream,
                 student,

@@ -32,11 +32,16 @@ def parse_layer_selection(selection: str | Sequence[int], num_layers: int) -> li
         for part in (p.strip() for p in selection.split(",")):
             first, dash, last = part.partition("-") if not part.startswith("-") else (part, "", "")
             try:
-                indices += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+                span = list(range(int(first), int(last) + 1)) if dash else [int(first)]
             except ValueError:
                 raise ConversionError(
                     f"--keep-layernorm {selection!r}: expected layer indices such as '4,5', '4-5' or '-1'."
                 ) from None
+            if not span:  # "3-1" names no layer; within "0,3-1" it would vanish silently
+                raise ConversionError(
+                    f"--keep-layernorm {selection!r}: the range {part!r} is empty; write it low-high."
+                )
+            indices += span
     else:
         indices = [int(index) for index in selection]
     wrong = [index for index in indices if not -num_layers <= index < num_layers]
@@ -113,12 +118,24 @@ def sweep_layernorm_layers(
 
 
 def layer_plan(
-    norm_type: str, num_layers: int, keep_layernorm: Any, target_cosine: float | None, exact: bool
+    norm_type: str,
+    num_layers: int,
+    keep_layernorm: Any,
+    target_cosine: float | None,
+    exact: bool,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `layer_norm_types` option that `keep_layernorm` asks for (empty when it is None), after checking that the
-    per-layer choice fits: not both ways at once, not LaPE, and a target cosine only where the conversion is inexact."""
-    if keep_layernorm is not None and target_cosine is not None:
-        raise ConversionError("Give either --keep-layernorm or --target-cosine, not both.")
+    per-layer choice fits: one way at a time (`--keep-layernorm`, `--target-cosine` or the option
+    `layer_norm_types` in `options`), not LaPE, a target cosine only where the conversion is inexact, and at least one
+    layer left to convert."""
+    ways = [name for name, given in (("--keep-layernorm", keep_layernorm is not None),
+                                     ("--target-cosine", target_cosine is not None),
+                                     ("--option layer_norm_types", (options or {}).get("layer_norm_types") is not None))
+            if given]  # fmt: skip
+    if len(ways) > 1:
+        raise ConversionError(f"Give one of {' and '.join(ways)}, not both: each chooses the LayerNorm layers.")
+    check_some_layer_converted(norm_type, (options or {}).get("layer_norm_types"))
     if norm_type == "lape" and (keep_layernorm is not None or target_cosine is not None):
         raise ConversionError(
             "LaPE's position norms span all layers: --keep-layernorm and --target-cosine do not apply."
@@ -132,4 +149,15 @@ def layer_plan(
     if keep_layernorm is None:
         return {}
     kept = parse_layer_selection(keep_layernorm, num_layers)
-    return {"layer_norm_types": layer_norm_types(norm_type, num_layers, kept)}
+    types = layer_norm_types(norm_type, num_layers, kept)
+    check_some_layer_converted(norm_type, types)
+    return {"layer_norm_types": types}
+
+
+def check_some_layer_converted(norm_type: str, types: Any) -> None:
+    """Refuse `layer_norm_types` that keep LayerNorm in every encoder layer: nothing would become `norm_type`."""
+    if norm_type != "layernorm" and isinstance(types, list) and types and all(kind == "layernorm" for kind in types):
+        raise ConversionError(
+            f"Every encoder layer would keep its LayerNorm, so nothing would be converted to {norm_type}: "
+            "leave at least one layer out of --keep-layernorm (or layer_norm_types)."
+        )

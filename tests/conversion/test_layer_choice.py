@@ -25,7 +25,7 @@ def test_layer_selections_name_encoder_layers(selection, expected):
     assert parse_layer_selection(selection, 6) == expected
 
 
-@pytest.mark.parametrize("selection", ["6", "-7", "a", "", "3-1", []])
+@pytest.mark.parametrize("selection", ["6", "-7", "a", "", "3-1", "0,3-1", []])
 def test_a_wrong_layer_selection_says_how_many_layers_there_are(selection):
     with pytest.raises(ConversionError, match="--keep-layernorm"):
         parse_layer_selection(selection, 6)
@@ -103,12 +103,25 @@ def test_the_target_cosine_keeps_the_fewest_last_layers_that_reach_it(three_laye
         ("dtn", {"target_cosine": 0.99}, "exact"),
         ("dyt", {"target_cosine": 1.5}, r"\(0, 1\]"),
         ("dyt", {"keep_layernorm": "3"}, "3 encoder layers"),
+        ("dyt", {"keep_layernorm": "0-2"}, "Every encoder layer would keep"),
+        ("sepnorm", {"keep_layernorm": "0,1,2"}, "Every encoder layer would keep"),
+        ("dyt", {"layer_norm_types": ["layernorm"] * 3}, "Every encoder layer would keep"),
+        ("dyt", {"keep_layernorm": "2", "layer_norm_types": ["layernorm", "dyt", "dyt"]}, "not both"),
+        ("dyt", {"target_cosine": 0.9, "layer_norm_types": ["layernorm", "dyt", "dyt"]}, "not both"),
     ],
 )
 def test_wrong_layer_choices_are_refused(three_layer_bert, norm_type, kwargs, message):
     model, tokenizer, texts = three_layer_bert
     with pytest.raises(ConversionError, match=message):
         hf_norms.convert_model(model, norm_type, texts, processor=tokenizer, **kwargs)
+
+
+def test_a_target_cosine_on_an_uncalibrated_conversion_keeps_its_stage_name(three_layer_bert):
+    model, tokenizer, texts = three_layer_bert
+    converted = hf_norms.convert_model(model, "dtn", texts, processor=tokenizer, calibration_samples=16,
+                                       evaluation_samples=8, max_length=16, dtn_gate_init=0.5, target_cosine=1e-6)  # fmt: skip
+    report = converted.conversion_report
+    assert list(report["stages"]) == ["naive"] and report["calibration"] is None  # nothing was calibrated
 
 
 def test_the_command_line_keeps_the_named_layers(tiny_bert_dir, tmp_path):
