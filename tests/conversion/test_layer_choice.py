@@ -140,3 +140,15 @@ def test_the_command_line_keeps_the_named_layers(tiny_bert_dir, tmp_path):
                            timeout=300)  # fmt: skip
     assert wrong.returncode != 0 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
     assert "2 encoder layers" in wrong.stderr
+
+
+def test_the_card_names_the_layers_that_keep_layernorm(tiny_bert_dir, tmp_path):
+    from hf_norms.hub.model_card import model_card_for_folder
+
+    texts = [f"line {i} of the calibration text" for i in range(24)]
+    hf_norms.convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16,
+                     max_length=16, keep_layernorm="-1")  # fmt: skip
+    card = str(model_card_for_folder(tmp_path / "out", "org/mixed"))
+    assert "Every LayerNorm of the model is replaced" not in card
+    assert "in encoder layer 0 (layer 1 keeping LayerNorm)" in card
+    assert "encoder layer 1 keep LayerNorm (config `layer_norm_types`)" in card
