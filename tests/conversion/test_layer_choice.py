@@ -152,3 +152,22 @@ def test_the_card_names_the_layers_that_keep_layernorm(tiny_bert_dir, tmp_path):
     assert "Every LayerNorm of the model is replaced" not in card
     assert "in encoder layer 0 (layer 1 keeping LayerNorm)" in card
     assert "encoder layer 1 keep LayerNorm (config `layer_norm_types`)" in card
+
+
+def test_heal_refuses_a_checkpoint_whose_layer_norm_types_were_edited(tiny_bert_dir, tmp_path):
+    import json
+
+    from hf_norms.conversion.healing import heal
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"line {i} of the calibration text" for i in range(24)) + "\n")
+    out = tmp_path / "out"
+    hf_norms.convert(tiny_bert_dir, "dyt", out, calibration_data=texts, calibration_samples=16, max_length=16,
+                     keep_layernorm="-1")  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    config["layer_norm_types"] = None  # by hand: layer 1's LayerNorms would get fresh DyT alphas
+    (out / "config.json").write_text(json.dumps(config))
+    before = (out / "model.safetensors").read_bytes()
+    with pytest.raises(ConversionError, match="does not describe the norms its weights hold"):
+        heal(out, texts, max_steps=1, batch_size=4, max_length=16, progress=False)
+    assert (out / "model.safetensors").read_bytes() == before
