@@ -38,7 +38,7 @@ from ..models.norms import NORM_TYPES, function_preserving_options
 from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
-from .data import Examples, encode_batches, load_examples, probe_examples, run_model
+from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, run_model
 from .downstream import DownstreamChecks, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
@@ -196,6 +196,7 @@ def convert_model(
     """
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
+    max_length = fitting_max_length(model.config, max_length)  # the evaluation record says what was used
     merged, exact = norm_options(norm_type, options)
     merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
     if needs_calibration(norm_type) and calibration_data is None:

@@ -32,7 +32,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from ..models.auto_registration import MODEL_CLASSES
 from .checkpoint_io import ConversionError, resolve_source
 from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
-from .data import Examples, encode_batches, load_examples, probe_examples, real_token_mask
+from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, real_token_mask
 from .downstream import checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
 from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
@@ -247,9 +247,10 @@ def heal(
     if processor is None:
         raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
     evaluation, examples = healing_examples(report, source_model.modality, data, evaluation_data, samples)
-    checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
-
     student = load_student(folder, report["architecture"])
+    max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
+                                                      for length in (max_length, report["evaluation"]["max_length"]))  # fmt: skip
+    checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
     teacher_model = load_teacher(source, source_model)
     train_examples = training_examples(processor, examples, max_length)
     resumed_from = _last_checkpoint_step(places.work) if resume else None

@@ -142,3 +142,11 @@ def test_dyt_stages_and_healing_keep_the_downstream_checks(tiny_vit_dir, tmp_pat
     assert {"out_of_domain", "probe"} <= set(healed["stages"]["healed"])
     teacher_accuracy = {stage["probe"]["teacher_accuracy"] for stage in healed["stages"].values()}
     assert len(teacher_accuracy) == 1  # the same probe data and teacher at every stage
+
+
+def test_long_packaged_texts_fit_a_model_with_fewer_positions_than_max_length(tiny_bert_dir, tmp_path):
+    # tiny_bert_dir has 64 position embeddings; BBC News and the Python docs paragraphs run past 128 tokens
+    report = convert(tiny_bert_dir, "sepnorm", tmp_path / "out", max_length=128, ood_evaluation_data="packaged",
+                     ood_evaluation_samples=4, probe_data="packaged", probe_samples=10)  # fmt: skip
+    assert report["evaluation"]["max_length"] == report["out_of_domain_evaluation"]["max_length"] == 64
+    assert report["stages"]["exact"]["out_of_domain"]["max_abs_diff"] <= 1e-5
