@@ -109,6 +109,11 @@ def probe_set(data: Any, modality: str, samples: int) -> ProbeSet:
             f"got {data!r:.80}."
         )
     description = f"{PACKAGED}:{key}" if key else data.get("name", f"in-memory labelled {modality} data")
+    if len({int(label) for label in train_labels[:samples]}) < 2:  # one class: every probe scores 0 or 1, says nothing
+        raise ConversionError(
+            f"The probe's {samples} training example(s) of {description} hold only one class; a linear probe needs "
+            "at least two: give more probe samples (e.g. --probe-samples 64)."
+        )
     return ProbeSet(
         Examples(list(train_items[:samples]), description, modality),
         torch.as_tensor(np.asarray(train_labels[:samples]), dtype=torch.int64),

@@ -150,3 +150,12 @@ def test_long_packaged_texts_fit_a_model_with_fewer_positions_than_max_length(ti
                      ood_evaluation_samples=4, probe_data="packaged", probe_samples=10)  # fmt: skip
     assert report["evaluation"]["max_length"] == report["out_of_domain_evaluation"]["max_length"] == 64
     assert report["stages"]["exact"]["out_of_domain"]["max_abs_diff"] <= 1e-5
+
+
+def test_a_probe_with_one_training_class_is_refused():
+    from hf_norms.conversion.checkpoint_io import ConversionError
+
+    with pytest.raises(ConversionError, match="only one class"):
+        probe_set("packaged", "text", 1)  # --probe-samples 1 scored 0.000 -> 0.000 (+0.0 points)
+    with pytest.raises(ConversionError, match="only one class"):
+        probe_set({"train": (["a", "b"], [3, 3]), "test": (["c"], [1])}, "text", 2)
