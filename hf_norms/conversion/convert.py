@@ -39,7 +39,7 @@ from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
 from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, run_model
-from .downstream import DownstreamChecks, local_data, with_downstream
+from .downstream import DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
@@ -213,6 +213,7 @@ def convert_model(
     data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
                                evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
     check_counts(ood_evaluation_samples=ood_evaluation_samples, probe_samples=probe_samples)
+    check_out_of_domain(ood_evaluation_data, calibration_data=calibration_data, evaluation_data=evaluation_data)
     data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
                                             probe_data, probe_samples, batch_size, max_length)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged)

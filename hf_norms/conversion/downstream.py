@@ -281,6 +281,19 @@ def local_data(**sources: Any) -> dict[str, Any]:
     return {name: value for name, value in sources.items() if value != PACKAGED and packaged_key(value) is None}
 
 
+def check_out_of_domain(ood_data: Any, **in_domain: Any) -> None:
+    """Refuse out-of-domain data that is a path to the calibration or evaluation data: its figures would be in-domain
+    ones reported as out-of-domain."""
+    if not isinstance(ood_data, (str, Path)) or ood_data == PACKAGED or packaged_key(ood_data):
+        return
+    for name, data in in_domain.items():
+        if isinstance(data, (str, Path)) and Path(data).expanduser().resolve() == Path(ood_data).expanduser().resolve():
+            raise ConversionError(
+                f"The out-of-domain data {str(ood_data)!r} is the {name.replace('_', ' ')}: give a data set of "
+                "another kind (or 'packaged')."
+            )
+
+
 def checks_for_report(report: dict[str, Any], processor, modality: str, ood_data: Any = None, probe_data: Any = None,
                       batch_size: int = 16) -> DownstreamChecks:  # fmt: skip
     """The checks a report's conversion made, for measuring a later stage (healing) the same way: its recorded

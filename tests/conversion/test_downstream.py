@@ -159,3 +159,14 @@ def test_a_probe_with_one_training_class_is_refused():
         probe_set("packaged", "text", 1)  # --probe-samples 1 scored 0.000 -> 0.000 (+0.0 points)
     with pytest.raises(ConversionError, match="only one class"):
         probe_set({"train": (["a", "b"], [3, 3]), "test": (["c"], [1])}, "text", 2)
+
+
+def test_out_of_domain_data_that_is_the_calibration_data_is_refused(tiny_bert_dir, tmp_path):
+    from hf_norms.conversion.checkpoint_io import ConversionError
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"line {i} of the calibration text" for i in range(24)) + "\n")
+    with pytest.raises(ConversionError, match="is the calibration data"):
+        convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16,
+                max_length=16, ood_evaluation_data=str(texts))  # fmt: skip
+    assert not (tmp_path / "out").exists()
