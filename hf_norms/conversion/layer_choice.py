@@ -9,8 +9,9 @@ last post-LN layers LayerNorm's scale). Two ways to choose:
   the last k layers get the original LayerNorms back (`with_layernorm_layers`; the earlier layers' calibrated fits do
   not depend on later layers, so they stay valid), each variant is measured on the calibration data (the choice) and on
   the evaluation data (reported), and the fewest kept layers whose calibration cosine reaches C win
-  (`sweep_layernorm_layers`). The report shows the whole sweep: fidelity against the number of normalization-free
-  layers.
+  (`sweep_layernorm_layers`); LayerNorm in every layer (nothing converted) is measured as the reference but never
+  chosen: a target only it reaches is an error. The report shows the whole sweep: fidelity against the number of
+  normalization-free layers.
 """
 
 from __future__ import annotations
@@ -99,14 +100,16 @@ def sweep_layernorm_layers(
             end_to_end = measure_fidelity(variant, teacher, data_batches, norm_names)["end_to_end"]
             row[data_name] = {key: end_to_end[key] for key in ("mean_cosine", "max_abs_diff")}
         rows.append(row)
-        if chosen is None and row["calibration"]["mean_cosine"] >= target_cosine:
+        converts_some = kept_count < num_layers  # every layer LayerNorm: the original, measured as the reference
+        if chosen is None and converts_some and row["calibration"]["mean_cosine"] >= target_cosine:
             chosen = (variant, kept)
-    reached = chosen is not None
-    variant, kept = chosen if reached else (variant, kept)  # not reached: the last variant, every layer LayerNorm
+    if chosen is None:
+        raise ConversionError(unreached_message(student.config.norm_type, target_cosine, rows[:-1]))
+    variant, kept = chosen
     record = {
         "target_cosine": target_cosine,
         "chosen_layernorm_layers": kept,
-        "reached": reached,
+        "reached": True,
         "rows": rows,
         "method": (
             f"every layer calibrated as {student.config.norm_type} once; the last k layers then given back the "
@@ -115,6 +118,17 @@ def sweep_layernorm_layers(
         ),
     }
     return variant, record
+
+
+def unreached_message(norm_type: str, target_cosine: float, rows: list[dict[str, Any]]) -> str:
+    """Why no layer choice was made: only LayerNorm in every layer (no `norm_type` left) would reach the target."""
+    best = max(rows, key=lambda row: row["calibration"]["mean_cosine"])
+    return (
+        f"--target-cosine {target_cosine}: no choice that leaves a {norm_type} layer reaches it on the calibration data "
+        f"(best {best['calibration']['mean_cosine']:.4f}, with LayerNorm in layers "
+        f"{', '.join(map(str, best['layernorm_layers'])) or 'none'}); lower the target or name the layers with "
+        "--keep-layernorm."
+    )
 
 
 def layer_plan(

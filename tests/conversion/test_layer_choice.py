@@ -68,6 +68,8 @@ def test_exact_conversions_stay_exact_with_layernorm_kept(three_layer_bert):
 
 def test_the_target_cosine_keeps_the_fewest_last_layers_that_reach_it(three_layer_bert, tmp_path):
     model, tokenizer, texts = three_layer_bert
+    torch.manual_seed(2)  # weights where keeping the last LayerNorms raises the cosine (with seed 0 it does not)
+    model = BertModel(model.config).eval()
     kwargs = dict(processor=tokenizer, calibration_samples=16, evaluation_samples=8, max_length=16)
     probe = hf_norms.convert_model(model, "dyt", texts, target_cosine=1e-6, **kwargs)
     rows = probe.conversion_report["layer_sweep"]["rows"]
@@ -77,7 +79,9 @@ def test_the_target_cosine_keeps_the_fewest_last_layers_that_reach_it(three_laye
     assert probe.config.layer_norm_types is None  # the lowest target is reached with no LayerNorm kept
 
     cosines = [row["calibration"]["mean_cosine"] for row in rows]
-    target = (cosines[0] + max(cosines[1:])) / 2  # above the all-DyT model's cosine: at least one layer must stay
+    # above the all-DyT model's cosine: at least one layer must stay, and one DyT layer at least is left
+    target = (cosines[0] + max(cosines[1:-1])) / 2
+    assert max(cosines[1:-1]) > cosines[0]
     converted = hf_norms.convert_model(model, "dyt", texts, target_cosine=target, **kwargs)
     sweep = converted.conversion_report["layer_sweep"]
     chosen = next(row for row in sweep["rows"] if row["calibration"]["mean_cosine"] >= target)
@@ -171,3 +175,10 @@ def test_heal_refuses_a_checkpoint_whose_layer_norm_types_were_edited(tiny_bert_
     with pytest.raises(ConversionError, match="does not describe the norms its weights hold"):
         heal(out, texts, max_steps=1, batch_size=4, max_length=16, progress=False)
     assert (out / "model.safetensors").read_bytes() == before
+
+
+def test_a_target_only_layernorm_everywhere_reaches_is_refused(three_layer_bert):
+    model, tokenizer, texts = three_layer_bert
+    with pytest.raises(ConversionError, match="no choice that leaves a dyt layer reaches it"):
+        hf_norms.convert_model(model, "dyt", texts, processor=tokenizer, calibration_samples=16, evaluation_samples=8,
+                               max_length=16, target_cosine=1.0)  # fmt: skip
