@@ -17,6 +17,7 @@ last post-LN layers LayerNorm's scale). Two ways to choose:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from numbers import Integral
 from typing import Any
 
 from torch import nn
@@ -25,7 +26,7 @@ from .checkpoint_io import ConversionError
 from .fidelity import measure_fidelity
 
 
-def parse_layer_selection(selection: str | Sequence[int], num_layers: int) -> list[int]:
+def parse_layer_selection(selection: str | int | Sequence[int], num_layers: int) -> list[int]:
     """Encoder layer indices from `"4,5"`, `"4-5"`, `"-2,-1"` (negative counts from the end) or a list of ints;
     sorted, each in range, at least one."""
     if isinstance(selection, str):
@@ -44,7 +45,12 @@ def parse_layer_selection(selection: str | Sequence[int], num_layers: int) -> li
                 )
             indices += span
     else:
-        indices = [int(index) for index in selection]
+        items = [selection] if isinstance(selection, Integral) else selection
+        if not isinstance(items, Sequence) or any(isinstance(i, bool) or not isinstance(i, Integral) for i in items):
+            raise ConversionError(
+                f"keep_layernorm={selection!r}: expected layer indices, e.g. [4, 5], -1 or '4-5'."
+            )  # 1.7 and True used to become layer 1, 5 a TypeError
+        indices = [int(index) for index in items]
     wrong = [index for index in indices if not -num_layers <= index < num_layers]
     if not indices or wrong:
         raise ConversionError(

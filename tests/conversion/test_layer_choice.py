@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.mark.parametrize(
     ("selection", "expected"),
-    [("4,5", [4, 5]), ("4-5", [4, 5]), ("-1", [5]), ("0, -1", [0, 5]), ([5, 4, 4], [4, 5]), ("2-2", [2])],
+    [("4,5", [4, 5]), ("4-5", [4, 5]), ("-1", [5]), ("0, -1", [0, 5]), ([5, 4, 4], [4, 5]), ("2-2", [2]), (-1, [5])],
 )
 def test_layer_selections_name_encoder_layers(selection, expected):
     assert parse_layer_selection(selection, 6) == expected
@@ -28,6 +28,12 @@ def test_layer_selections_name_encoder_layers(selection, expected):
 @pytest.mark.parametrize("selection", ["6", "-7", "a", "", "3-1", "0,3-1", []])
 def test_a_wrong_layer_selection_says_how_many_layers_there_are(selection):
     with pytest.raises(ConversionError, match="--keep-layernorm"):
+        parse_layer_selection(selection, 6)
+
+
+@pytest.mark.parametrize("selection", [[1.7], [True], True, 2.0, {"a": 1}])
+def test_a_layer_selection_of_other_types_is_refused(selection):
+    with pytest.raises(ConversionError, match="keep_layernorm"):
         parse_layer_selection(selection, 6)
 
 
