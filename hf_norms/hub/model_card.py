@@ -321,7 +321,7 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         auto_class=facts.auto_class,
         load_kwargs=", add_pooling_layer=False" if facts.without_pooler else "",
         norm=with_kept_layernorms(
-            NORM_TEXTS[facts.norm_type], facts.norm_type, facts.norm_options.get("layer_norm_types")
+            NORM_TEXTS[facts.norm_type], facts.norm_type, facts.norm_options.get("layer_norm_types"), facts.family
         ),
         options=facts.norm_options,
         paper=paper,

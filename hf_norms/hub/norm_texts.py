@@ -106,7 +106,9 @@ NORM_TEXTS = {
 }
 
 
-def with_kept_layernorms(text: NormText, norm_type: str, layer_norm_types: list[str] | None) -> NormText:
+def with_kept_layernorms(
+    text: NormText, norm_type: str, layer_norm_types: list[str] | None, family: str = ""
+) -> NormText:
     """`text` for a checkpoint whose config `layer_norm_types` keeps LayerNorm in some encoder layers: the headline and
     the placement name the layers that keep it instead of saying that every LayerNorm is replaced."""
     kept = [index for index, kind in enumerate(layer_norm_types or []) if kind == "layernorm"]
@@ -121,8 +123,9 @@ def with_kept_layernorms(text: NormText, norm_type: str, layer_norm_types: list[
         text,
         headline=f"{text.headline} in encoder {name(converted)} ({name(kept)} keeping LayerNorm)",
         placement=(
-            f"{placement} Not every LayerNorm is replaced: encoder {name(kept)} keep LayerNorm (config "
-            f"`layer_norm_types`), {name(converted)} use `{norm_type}`; the norms after the encoder follow the "
-            "last layer, BERT's embedding norm the first."
+            f"{placement} Not every LayerNorm is replaced: encoder {name(kept)} keep{'s' if len(kept) == 1 else ''} "
+            f"LayerNorm (config `layer_norm_types`), {name(converted)} use{'s' if len(converted) == 1 else ''} "
+            f"`{norm_type}`; the norms after the encoder follow the last layer"
+            + (", the embedding norm the first." if family == "bert" else ".")
         ),
     )

@@ -161,7 +161,7 @@ def test_the_card_names_the_layers_that_keep_layernorm(tiny_bert_dir, tmp_path):
     card = str(model_card_for_folder(tmp_path / "out", "org/mixed"))
     assert "Every LayerNorm of the model is replaced" not in card
     assert "in encoder layer 0 (layer 1 keeping LayerNorm)" in card
-    assert "encoder layer 1 keep LayerNorm (config `layer_norm_types`)" in card
+    assert "encoder layer 1 keeps LayerNorm (config `layer_norm_types`), layer 0 uses `dyt`" in card
 
 
 def test_heal_refuses_a_checkpoint_whose_layer_norm_types_were_edited(tiny_bert_dir, tmp_path):
