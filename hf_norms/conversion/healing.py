@@ -33,7 +33,7 @@ from ..models.auto_registration import MODEL_CLASSES
 from .checkpoint_io import ConversionError, resolve_source
 from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
 from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, real_token_mask
-from .downstream import checks_for_report, local_data, with_downstream
+from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
 from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
 from .report import REPORT_JSON, read_report, write_report
@@ -242,6 +242,7 @@ def heal(
     )
     places = HealingPlaces.check(folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
                                  **local_data(ood_evaluation_data=ood_evaluation_data))  # fmt: skip
+    check_out_of_domain(ood_evaluation_data, healing_data=data, evaluation_data=evaluation_data)
     source_model = inspect_source(source)
     processor = load_processor(folder, source_model.modality)
     if processor is None:

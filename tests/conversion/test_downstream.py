@@ -170,3 +170,6 @@ def test_out_of_domain_data_that_is_the_calibration_data_is_refused(tiny_bert_di
         convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16,
                 max_length=16, ood_evaluation_data=str(texts))  # fmt: skip
     assert not (tmp_path / "out").exists()
+    convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16, max_length=16)
+    with pytest.raises(ConversionError, match="is the healing data"):
+        healing.heal(tmp_path / "out", texts, max_steps=1, max_length=16, ood_evaluation_data=texts, progress=False)
