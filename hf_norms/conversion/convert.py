@@ -38,8 +38,8 @@ from ..models.norms import NORM_TYPES, function_preserving_options
 from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
-from .data import Examples, encode_batches, load_examples, probe_examples, run_model
-from .downstream import DownstreamChecks, local_data, with_downstream
+from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, run_model
+from .downstream import DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
@@ -196,8 +196,9 @@ def convert_model(
     """
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
+    max_length = fitting_max_length(model.config, max_length)  # the evaluation record says what was used
     merged, exact = norm_options(norm_type, options)
-    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact))
+    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
     if needs_calibration(norm_type) and calibration_data is None:
         raise ConversionError(
             f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
@@ -212,6 +213,7 @@ def convert_model(
     data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
                                evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
     check_counts(ood_evaluation_samples=ood_evaluation_samples, probe_samples=probe_samples)
+    check_out_of_domain(ood_evaluation_data, calibration_data=calibration_data, evaluation_data=evaluation_data)
     data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
                                             probe_data, probe_samples, batch_size, max_length)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged)
@@ -221,7 +223,7 @@ def convert_model(
         if target_cosine is not None:
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
                                                            target_cosine)  # fmt: skip
-            stages["calibrated"] = with_downstream(
+            stages[list(stages)[-1]] = with_downstream(  # `naive` where nothing is calibrated (DTN at gate 0.5)
                 measure_fidelity(student, teacher, data.evaluation_batches, norm_names),
                 data.downstream,
                 student,

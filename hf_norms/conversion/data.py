@@ -169,6 +169,15 @@ def probe_examples(modality: str, count: int = 8) -> Examples:
     return Examples(images, "built-in synthetic probe images", modality)
 
 
+def fitting_max_length(config, max_length: int) -> int:
+    """`max_length` capped at a text model's `max_position_embeddings`: a longer input has no position embedding (a
+    64-position BERT fed 128 tokens fails in its embeddings). Image models have no such limit here."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if getattr(config, "vocab_size", None) and isinstance(positions, int) and positions > 0:
+        return min(max_length, positions)
+    return max_length
+
+
 def encode_batches(processor, examples: Examples, batch_size: int = 16, max_length: int = 128) -> list[dict]:
     """Model inputs for `examples` in batches: `input_ids`/`attention_mask` (padded per batch) or `pixel_values`."""
     batches = []

@@ -109,6 +109,11 @@ def probe_set(data: Any, modality: str, samples: int) -> ProbeSet:
             f"got {data!r:.80}."
         )
     description = f"{PACKAGED}:{key}" if key else data.get("name", f"in-memory labelled {modality} data")
+    if len({int(label) for label in train_labels[:samples]}) < 2:  # one class: every probe scores 0 or 1, says nothing
+        raise ConversionError(
+            f"The probe's {samples} training example(s) of {description} hold only one class; a linear probe needs "
+            "at least two: give more probe samples (e.g. --probe-samples 64)."
+        )
     return ProbeSet(
         Examples(list(train_items[:samples]), description, modality),
         torch.as_tensor(np.asarray(train_labels[:samples]), dtype=torch.int64),
@@ -274,6 +279,19 @@ def local_data(**sources: Any) -> dict[str, Any]:
     """The data sources that may be local paths (for `convert.data_places`): `"packaged"` and `"packaged:<key>"`
     name no file, and neither do in-memory ones."""
     return {name: value for name, value in sources.items() if value != PACKAGED and packaged_key(value) is None}
+
+
+def check_out_of_domain(ood_data: Any, **in_domain: Any) -> None:
+    """Refuse out-of-domain data that is a path to the calibration or evaluation data: its figures would be in-domain
+    ones reported as out-of-domain."""
+    if not isinstance(ood_data, (str, Path)) or ood_data == PACKAGED or packaged_key(ood_data):
+        return
+    for name, data in in_domain.items():
+        if isinstance(data, (str, Path)) and Path(data).expanduser().resolve() == Path(ood_data).expanduser().resolve():
+            raise ConversionError(
+                f"The out-of-domain data {str(ood_data)!r} is the {name.replace('_', ' ')}: give a data set of "
+                "another kind (or 'packaged')."
+            )
 
 
 def checks_for_report(report: dict[str, Any], processor, modality: str, ood_data: Any = None, probe_data: Any = None,

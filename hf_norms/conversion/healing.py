@@ -31,9 +31,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..models.auto_registration import MODEL_CLASSES
 from .checkpoint_io import ConversionError, resolve_source
-from .convert import check_counts, data_places, save_checkpoint
-from .data import Examples, encode_batches, load_examples, probe_examples, real_token_mask
-from .downstream import checks_for_report, local_data, with_downstream
+from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
+from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, real_token_mask
+from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
 from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
 from .report import REPORT_JSON, read_report, write_report
@@ -242,15 +242,16 @@ def heal(
     )
     places = HealingPlaces.check(folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
                                  **local_data(ood_evaluation_data=ood_evaluation_data))  # fmt: skip
+    check_out_of_domain(ood_evaluation_data, healing_data=data, evaluation_data=evaluation_data)
     source_model = inspect_source(source)
     processor = load_processor(folder, source_model.modality)
     if processor is None:
         raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
     evaluation, examples = healing_examples(report, source_model.modality, data, evaluation_data, samples)
+    student = load_student(folder, report["architecture"])
+    max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
+                                                      for length in (max_length, report["evaluation"]["max_length"]))  # fmt: skip
     checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
-
-    with quiet_transformers():
-        student = MODEL_CLASSES[report["architecture"]].from_pretrained(folder, dtype=torch.float32)
     teacher_model = load_teacher(source, source_model)
     train_examples = training_examples(processor, examples, max_length)
     resumed_from = _last_checkpoint_step(places.work) if resume else None
@@ -282,6 +283,26 @@ def heal(
     if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
         shutil.rmtree(places.work)
     return report
+
+
+def load_student(folder: Path, architecture: str) -> nn.Module:
+    """The converted model in `folder`, refused when its config's norms (`norm_type`, `layer_norm_types`, per-channel
+    options) do not match the norm parameters stored: transformers would initialise the missing ones (a hand-edited
+    `layer_norm_types` gives a kept LayerNorm a fresh DyT alpha) and drop the others, and heal would train from that."""
+    with quiet_transformers():
+        student, info = MODEL_CLASSES[architecture].from_pretrained(
+            folder, dtype=torch.float32, output_loading_info=True
+        )
+    wrong = sorted(
+        key for key in [*info["missing_keys"], *info["unexpected_keys"]] if key.endswith(NEW_PARAMETER_SUFFIXES)
+    )
+    if wrong:
+        raise ConversionError(
+            f"{folder}/config.json does not describe the norms its weights hold ({', '.join(wrong[:3])}"
+            f"{', ...' if len(wrong) > 3 else ''} missing or left over): was norm_type or layer_norm_types edited? "
+            "Restore the config that convert wrote."
+        )
+    return student
 
 
 def check_numbers(**values: float) -> None:

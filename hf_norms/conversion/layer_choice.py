@@ -9,13 +9,15 @@ last post-LN layers LayerNorm's scale). Two ways to choose:
   the last k layers get the original LayerNorms back (`with_layernorm_layers`; the earlier layers' calibrated fits do
   not depend on later layers, so they stay valid), each variant is measured on the calibration data (the choice) and on
   the evaluation data (reported), and the fewest kept layers whose calibration cosine reaches C win
-  (`sweep_layernorm_layers`). The report shows the whole sweep: fidelity against the number of normalization-free
-  layers.
+  (`sweep_layernorm_layers`); LayerNorm in every layer (nothing converted) is measured as the reference but never
+  chosen: a target only it reaches is an error. The report shows the whole sweep: fidelity against the number of
+  normalization-free layers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from numbers import Integral
 from typing import Any
 
 from torch import nn
@@ -24,7 +26,7 @@ from .checkpoint_io import ConversionError
 from .fidelity import measure_fidelity
 
 
-def parse_layer_selection(selection: str | Sequence[int], num_layers: int) -> list[int]:
+def parse_layer_selection(selection: str | int | Sequence[int], num_layers: int) -> list[int]:
     """Encoder layer indices from `"4,5"`, `"4-5"`, `"-2,-1"` (negative counts from the end) or a list of ints;
     sorted, each in range, at least one."""
     if isinstance(selection, str):
@@ -32,13 +34,23 @@ def parse_layer_selection(selection: str | Sequence[int], num_layers: int) -> li
         for part in (p.strip() for p in selection.split(",")):
             first, dash, last = part.partition("-") if not part.startswith("-") else (part, "", "")
             try:
-                indices += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+                span = list(range(int(first), int(last) + 1)) if dash else [int(first)]
             except ValueError:
                 raise ConversionError(
                     f"--keep-layernorm {selection!r}: expected layer indices such as '4,5', '4-5' or '-1'."
                 ) from None
+            if not span:  # "3-1" names no layer; within "0,3-1" it would vanish silently
+                raise ConversionError(
+                    f"--keep-layernorm {selection!r}: the range {part!r} is empty; write it low-high."
+                )
+            indices += span
     else:
-        indices = [int(index) for index in selection]
+        items = [selection] if isinstance(selection, Integral) else selection
+        if not isinstance(items, Sequence) or any(isinstance(i, bool) or not isinstance(i, Integral) for i in items):
+            raise ConversionError(
+                f"keep_layernorm={selection!r}: expected layer indices, e.g. [4, 5], -1 or '4-5'."
+            )  # 1.7 and True used to become layer 1, 5 a TypeError
+        indices = [int(index) for index in items]
     wrong = [index for index in indices if not -num_layers <= index < num_layers]
     if not indices or wrong:
         raise ConversionError(
@@ -94,14 +106,16 @@ def sweep_layernorm_layers(
             end_to_end = measure_fidelity(variant, teacher, data_batches, norm_names)["end_to_end"]
             row[data_name] = {key: end_to_end[key] for key in ("mean_cosine", "max_abs_diff")}
         rows.append(row)
-        if chosen is None and row["calibration"]["mean_cosine"] >= target_cosine:
+        converts_some = kept_count < num_layers  # every layer LayerNorm: the original, measured as the reference
+        if chosen is None and converts_some and row["calibration"]["mean_cosine"] >= target_cosine:
             chosen = (variant, kept)
-    reached = chosen is not None
-    variant, kept = chosen if reached else (variant, kept)  # not reached: the last variant, every layer LayerNorm
+    if chosen is None:
+        raise ConversionError(unreached_message(student.config.norm_type, target_cosine, rows[:-1]))
+    variant, kept = chosen
     record = {
         "target_cosine": target_cosine,
         "chosen_layernorm_layers": kept,
-        "reached": reached,
+        "reached": True,
         "rows": rows,
         "method": (
             f"every layer calibrated as {student.config.norm_type} once; the last k layers then given back the "
@@ -112,13 +126,36 @@ def sweep_layernorm_layers(
     return variant, record
 
 
+def unreached_message(norm_type: str, target_cosine: float, rows: list[dict[str, Any]]) -> str:
+    """Why no layer choice was made: only LayerNorm in every layer (no `norm_type` left) would reach the target."""
+    best = max(rows, key=lambda row: row["calibration"]["mean_cosine"])
+    return (
+        f"--target-cosine {target_cosine}: no choice that leaves a {norm_type} layer reaches it on the calibration data "
+        f"(best {best['calibration']['mean_cosine']:.4f}, with LayerNorm in layers "
+        f"{', '.join(map(str, best['layernorm_layers'])) or 'none'}); lower the target or name the layers with "
+        "--keep-layernorm."
+    )
+
+
 def layer_plan(
-    norm_type: str, num_layers: int, keep_layernorm: Any, target_cosine: float | None, exact: bool
+    norm_type: str,
+    num_layers: int,
+    keep_layernorm: Any,
+    target_cosine: float | None,
+    exact: bool,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `layer_norm_types` option that `keep_layernorm` asks for (empty when it is None), after checking that the
-    per-layer choice fits: not both ways at once, not LaPE, and a target cosine only where the conversion is inexact."""
-    if keep_layernorm is not None and target_cosine is not None:
-        raise ConversionError("Give either --keep-layernorm or --target-cosine, not both.")
+    per-layer choice fits: one way at a time (`--keep-layernorm`, `--target-cosine` or the option
+    `layer_norm_types` in `options`), not LaPE, a target cosine only where the conversion is inexact, and at least one
+    layer left to convert."""
+    ways = [name for name, given in (("--keep-layernorm", keep_layernorm is not None),
+                                     ("--target-cosine", target_cosine is not None),
+                                     ("--option layer_norm_types", (options or {}).get("layer_norm_types") is not None))
+            if given]  # fmt: skip
+    if len(ways) > 1:
+        raise ConversionError(f"Give one of {' and '.join(ways)}, not both: each chooses the LayerNorm layers.")
+    check_some_layer_converted(norm_type, (options or {}).get("layer_norm_types"))
     if norm_type == "lape" and (keep_layernorm is not None or target_cosine is not None):
         raise ConversionError(
             "LaPE's position norms span all layers: --keep-layernorm and --target-cosine do not apply."
@@ -132,4 +169,15 @@ def layer_plan(
     if keep_layernorm is None:
         return {}
     kept = parse_layer_selection(keep_layernorm, num_layers)
-    return {"layer_norm_types": layer_norm_types(norm_type, num_layers, kept)}
+    types = layer_norm_types(norm_type, num_layers, kept)
+    check_some_layer_converted(norm_type, types)
+    return {"layer_norm_types": types}
+
+
+def check_some_layer_converted(norm_type: str, types: Any) -> None:
+    """Refuse `layer_norm_types` that keep LayerNorm in every encoder layer: nothing would become `norm_type`."""
+    if norm_type != "layernorm" and isinstance(types, list) and types and all(kind == "layernorm" for kind in types):
+        raise ConversionError(
+            f"Every encoder layer would keep its LayerNorm, so nothing would be converted to {norm_type}: "
+            "leave at least one layer out of --keep-layernorm (or layer_norm_types)."
+        )

@@ -29,7 +29,7 @@ from .card_facts import (
     looks_like_repo_id,
 )
 from .citations import PAPERS, Paper
-from .norm_texts import NORM_TEXTS, STATISTICS_FREE
+from .norm_texts import NORM_TEXTS, STATISTICS_FREE, with_kept_layernorms
 from .upload_files import refuse_token_leaks, trainer_upload_files
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
@@ -339,7 +339,9 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         config_class=config_class,
         auto_class=facts.auto_class,
         load_kwargs=", add_pooling_layer=False" if facts.without_pooler else "",
-        norm=NORM_TEXTS[facts.norm_type],
+        norm=with_kept_layernorms(
+            NORM_TEXTS[facts.norm_type], facts.norm_type, facts.norm_options.get("layer_norm_types"), facts.family
+        ),
         options=facts.norm_options,
         paper=paper,
         provenance=provenance(facts),

@@ -3,7 +3,7 @@ sits."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,28 @@ NORM_TEXTS = {
         ),
     ),
 }
+
+
+def with_kept_layernorms(
+    text: NormText, norm_type: str, layer_norm_types: list[str] | None, family: str = ""
+) -> NormText:
+    """`text` for a checkpoint whose config `layer_norm_types` keeps LayerNorm in some encoder layers: the headline and
+    the placement name the layers that keep it instead of saying that every LayerNorm is replaced."""
+    kept = [index for index, kind in enumerate(layer_norm_types or []) if kind == "layernorm"]
+    if norm_type == "layernorm" or not kept:
+        return text
+    converted = [index for index, kind in enumerate(layer_norm_types) if kind != "layernorm"]
+    name = lambda indices: f"layer{'s' if len(indices) != 1 else ''} {', '.join(map(str, indices)) or 'none'}"  # noqa: E731
+    placement = text.placement
+    for sentence in ("Every LayerNorm of the model is replaced.", "; every LayerNorm of the model is replaced."):
+        placement = placement.replace(sentence, "." if sentence.startswith(";") else "").strip()
+    return replace(
+        text,
+        headline=f"{text.headline} in encoder {name(converted)} ({name(kept)} keeping LayerNorm)",
+        placement=(
+            f"{placement} Not every LayerNorm is replaced: encoder {name(kept)} keep{'s' if len(kept) == 1 else ''} "
+            f"LayerNorm (config `layer_norm_types`), {name(converted)} use{'s' if len(converted) == 1 else ''} "
+            f"`{norm_type}`; the norms after the encoder follow the last layer"
+            + (", the embedding norm the first." if family == "bert" else ".")
+        ),
+    )

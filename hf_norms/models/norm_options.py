@@ -92,6 +92,8 @@ class NormOptions:
             raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
         if not self.dyt_alpha_init > 0:
             raise ValueError(f"dyt_alpha_init must be > 0, got {self.dyt_alpha_init}.")
+        if not math.isfinite(self.dyt_alpha_init):  # inf passed `> 0`, then made config.json invalid JSON on save
+            raise ValueError(f"dyt_alpha_init must be a finite number, got {self.dyt_alpha_init}.")
         if not self.derf_alpha_init > 0 or not math.isfinite(self.derf_alpha_init):
             raise ValueError(f"derf_alpha_init must be a finite number > 0, got {self.derf_alpha_init}.")
         if not math.isfinite(self.derf_shift_init):

@@ -142,3 +142,34 @@ def test_dyt_stages_and_healing_keep_the_downstream_checks(tiny_vit_dir, tmp_pat
     assert {"out_of_domain", "probe"} <= set(healed["stages"]["healed"])
     teacher_accuracy = {stage["probe"]["teacher_accuracy"] for stage in healed["stages"].values()}
     assert len(teacher_accuracy) == 1  # the same probe data and teacher at every stage
+
+
+def test_long_packaged_texts_fit_a_model_with_fewer_positions_than_max_length(tiny_bert_dir, tmp_path):
+    # tiny_bert_dir has 64 position embeddings; BBC News and the Python docs paragraphs run past 128 tokens
+    report = convert(tiny_bert_dir, "sepnorm", tmp_path / "out", max_length=128, ood_evaluation_data="packaged",
+                     ood_evaluation_samples=4, probe_data="packaged", probe_samples=10)  # fmt: skip
+    assert report["evaluation"]["max_length"] == report["out_of_domain_evaluation"]["max_length"] == 64
+    assert report["stages"]["exact"]["out_of_domain"]["max_abs_diff"] <= 1e-5
+
+
+def test_a_probe_with_one_training_class_is_refused():
+    from hf_norms.conversion.checkpoint_io import ConversionError
+
+    with pytest.raises(ConversionError, match="only one class"):
+        probe_set("packaged", "text", 1)  # --probe-samples 1 scored 0.000 -> 0.000 (+0.0 points)
+    with pytest.raises(ConversionError, match="only one class"):
+        probe_set({"train": (["a", "b"], [3, 3]), "test": (["c"], [1])}, "text", 2)
+
+
+def test_out_of_domain_data_that_is_the_calibration_data_is_refused(tiny_bert_dir, tmp_path):
+    from hf_norms.conversion.checkpoint_io import ConversionError
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"line {i} of the calibration text" for i in range(24)) + "\n")
+    with pytest.raises(ConversionError, match="is the calibration data"):
+        convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16,
+                max_length=16, ood_evaluation_data=str(texts))  # fmt: skip
+    assert not (tmp_path / "out").exists()
+    convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16, max_length=16)
+    with pytest.raises(ConversionError, match="is the healing data"):
+        healing.heal(tmp_path / "out", texts, max_steps=1, max_length=16, ood_evaluation_data=texts, progress=False)

@@ -264,6 +264,7 @@ def hf_norms_model(family: str, norm_type: str, **options):
         ),
         ({"norm_type": "dyt", "dyt_alpha_init": 0.0}, "dyt_alpha_init must be > 0, got 0.0"),
         ({"norm_type": "dyt", "dyt_alpha_init": -1.0}, "dyt_alpha_init must be > 0"),
+        ({"norm_type": "dyt", "dyt_alpha_init": float("inf")}, "dyt_alpha_init must be a finite number, got inf"),
         ({"norm_type": "derf", "derf_alpha_init": 0.0}, "derf_alpha_init must be a finite number > 0, got 0.0"),
         ({"norm_type": "derf", "derf_alpha_init": float("inf")}, "derf_alpha_init must be a finite number > 0"),
         ({"norm_type": "derf", "derf_shift_init": float("nan")}, "derf_shift_init must be a finite number, got nan"),
