@@ -199,11 +199,7 @@ def convert_model(
     max_length = fitting_max_length(model.config, max_length)  # the evaluation record says what was used
     merged, exact = norm_options(norm_type, options)
     merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
-    if needs_calibration(norm_type) and calibration_data is None:
-        raise ConversionError(
-            f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
-            "a .txt file, a folder of images, or a saved datasets folder)."
-        )
+    check_calibration_data(norm_type, calibration_data)
     source = describe_model(model)
     if fold and source.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
@@ -222,13 +218,7 @@ def convert_model(
         stages, calibration_report = measure_stages(student, teacher, data, norm_names, norm_type, exact, progress)
         if target_cosine is not None:
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
-                                                           target_cosine)  # fmt: skip
-            stages[list(stages)[-1]] = with_downstream(  # `naive` where nothing is calibrated (DTN at gate 0.5)
-                measure_fidelity(student, teacher, data.evaluation_batches, norm_names),
-                data.downstream,
-                student,
-                teacher,
-            )
+                                                           target_cosine, stages)  # fmt: skip
     finally:
         teacher.train(training)
     student.conversion_report = {
@@ -253,11 +243,20 @@ def convert_model(
     return student
 
 
+def check_calibration_data(norm_type: str, calibration_data: Any) -> None:
+    if needs_calibration(norm_type) and calibration_data is None:
+        raise ConversionError(
+            f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
+            "a .txt file, a folder of images, or a saved datasets folder)."
+        )
+
+
 def choose_layernorm_layers(
     student: nn.Module, teacher: nn.Module, source: SourceModel, options: dict[str, Any], data: ConversionData,
-    norm_names: list[str], target_cosine: float,
+    norm_names: list[str], target_cosine: float, stages: dict[str, Any],
 ) -> tuple[nn.Module, dict[str, Any]]:  # fmt: skip
-    """`layer_choice.sweep_layernorm_layers` on the calibrated `student`, with variants built like `build_student`."""
+    """`layer_choice.sweep_layernorm_layers` on the calibrated `student`, with variants built like `build_student`;
+    the last of `stages` (`calibrated`, or `naive` where nothing is calibrated) is measured again on the chosen one."""
     if data.calibration_batches is None:
         raise ConversionError("--target-cosine measures on the calibration data: give --calibration-data.")
 
@@ -265,7 +264,10 @@ def choose_layernorm_layers(
         return build_student(teacher, source, student.config.norm_type, {**options, "layer_norm_types": types})
 
     batches = {"calibration": data.calibration_batches, "evaluation": data.evaluation_batches}
-    return sweep_layernorm_layers(student, teacher, norm_names, build, batches, target_cosine)
+    chosen, sweep = sweep_layernorm_layers(student, teacher, norm_names, build, batches, target_cosine)
+    measured = measure_fidelity(chosen, teacher, data.evaluation_batches, norm_names)
+    stages[list(stages)[-1]] = with_downstream(measured, data.downstream, chosen, teacher)
+    return chosen, sweep
 
 
 def own_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

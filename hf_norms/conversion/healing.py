@@ -266,13 +266,7 @@ def heal(
         bf16=bf16, resume=resume, progress=progress, seed=seed,
     )  # fmt: skip
     seconds = time.perf_counter() - started
-
-    report["stages"]["healed"] = with_downstream(measure_fidelity(
-        student, teacher_model, encode_batches(processor, evaluation, batch_size, report["evaluation"]["max_length"]),
-        list(next(iter(report["stages"].values()))["per_norm"]),
-    ), checks, student, teacher_model)  # fmt: skip
-    if checks.active:
-        report.update(checks.records())
+    measure_healed(report, student, teacher_model, processor, evaluation, checks, batch_size)
     report["healing"] = {
         "data": examples.description, "samples": len(examples), "steps": steps, "seconds": round(seconds, 1),
         "loss": loss_description(cosine_weight, hidden_state_weight), "learning_rate": learning_rate,
@@ -283,6 +277,18 @@ def heal(
     if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
         shutil.rmtree(places.work)
     return report
+
+
+def measure_healed(
+    report: dict, student: nn.Module, teacher: nn.Module, processor, evaluation: Examples, checks, batch_size: int
+) -> None:
+    """Add the `healed` stage to `report`: fidelity on the report's evaluation examples and its downstream checks."""
+    batches = encode_batches(processor, evaluation, batch_size, report["evaluation"]["max_length"])
+    norm_names = list(next(iter(report["stages"].values()))["per_norm"])
+    measured = measure_fidelity(student, teacher, batches, norm_names)
+    report["stages"]["healed"] = with_downstream(measured, checks, student, teacher)
+    if checks.active:
+        report.update(checks.records())
 
 
 def load_student(folder: Path, architecture: str) -> nn.Module:
