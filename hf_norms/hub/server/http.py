@@ -324,6 +324,11 @@ class HubServer:
         with self._failures_lock:
             self._failures.append(_Failure(path_prefix, status, count, method.upper() if method else None))
 
+    def clear_failures(self) -> None:
+        """Forget the injected failures that no request has consumed yet."""
+        with self._failures_lock:
+            self._failures.clear()
+
     def take_failure(self, method: str, path: str) -> int | None:
         """Consume one matching injected failure and return its status, or None."""
         with self._failures_lock:
