@@ -173,7 +173,10 @@ def build_model(
     stages = student.conversion_report["stages"]
     logger.warning(
         "Calibrated %s on %d training examples before fine-tuning (the checkpoint has LayerNorms): mean cosine to "
-        "the LayerNorm model %.3f from the naive swap's %.3f.", config.norm_type, calibration.samples,
+        "the LayerNorm model %.3f from the naive swap's %.3f. Expect accuracy well below the LayerNorm model's from "
+        "this start (all-MiniLM-L6-v2 on 400 BBC News articles, 2 epochs: 0.58 against 0.89); convert with "
+        "`hf-norms convert --calibration-data` and `hf-norms heal` first, or fine-tune with norm_type layernorm.",
+        config.norm_type, calibration.samples,
         stages["calibrated"]["end_to_end"]["mean_cosine"], stages["naive"]["end_to_end"]["mean_cosine"],
     )  # fmt: skip
     return student

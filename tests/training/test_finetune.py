@@ -575,7 +575,9 @@ def test_cli_reports_bad_input_in_one_line(news_csv, minilm_dir, tmp_path, capsy
     assert "Give exactly one of model_name_or_path" in capsys.readouterr().err
 
 
-def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuning(news_csv, minilm_dir, tmp_path):
+def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuning(
+    news_csv, minilm_dir, tmp_path, caplog
+):
     """From a LayerNorm checkpoint, DTN starts with gates at 1 (LayerNorm itself) unless told otherwise, and DyT, which
     no option can make LayerNorm, is calibrated on training examples first."""
     csv_path = news_csv("news_start", {"text": lambda i, t, label: t, "label": lambda i, t, label: label})
@@ -587,9 +589,13 @@ def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuni
     training.output_dir = str(tmp_path / "dtn-half")
     assert finetune(explicit, text_data(csv_path), training).trainer.model.config.dtn_gate_init == 0.5
     training.output_dir = str(tmp_path / "dyt")
-    dyt = finetune(ModelArguments(model_name_or_path=str(minilm_dir), norm_type="dyt"), text_data(csv_path), training)
+    with caplog.at_level("WARNING"):
+        dyt = finetune(
+            ModelArguments(model_name_or_path=str(minilm_dir), norm_type="dyt"), text_data(csv_path), training
+        )
     stages = dyt.trainer.model.conversion_report["stages"]
     assert type(dyt.trainer.model).__name__ == "BertNormForSequenceClassification"
+    assert "Expect accuracy well below the LayerNorm model's" in caplog.text and "hf-norms heal" in caplog.text
     assert stages["calibrated"]["end_to_end"]["mean_cosine"] > stages["naive"]["end_to_end"]["mean_cosine"] + 0.3
 
 
