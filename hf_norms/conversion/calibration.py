@@ -21,13 +21,7 @@ from torch import nn
 from ..models.norms import LayerNorm
 from .checkpoint_io import ConversionError
 from .data import real_token_mask, run_model
-from .elementwise_fit import (  # noqa: F401  (fit_dyt, dyt_fit_loss_and_gradients: the names DyT's callers import)
-    ELEMENTWISE_FUNCTIONS,
-    ElementwiseFit,
-    dyt_fit_loss_and_gradients,
-    fit_dyt,
-    fit_elementwise,
-)
+from .elementwise_fit import ELEMENTWISE_FUNCTIONS, ElementwiseFit, fit_elementwise
 
 
 class _StopForward(Exception):

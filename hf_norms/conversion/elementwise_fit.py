@@ -116,11 +116,6 @@ def fit_elementwise(
     return ElementwiseFit(alpha, weight, bias, relative_error, shift)
 
 
-def fit_dyt(x: Tensor, y: Tensor, per_channel: bool, refine_steps: int = 50, grid_size: int = 48) -> ElementwiseFit:
-    """`fit_elementwise` for DyT: `weight * tanh(alpha * x) + bias`."""
-    return fit_elementwise(x, y, TANH, per_channel, refine_steps, grid_size)
-
-
 def fit_loss_and_gradients(
     x: Tensor,
     y: Tensor,
@@ -160,11 +155,6 @@ def fit_loss_and_gradients(
         alpha_grad = product.mul_(x).sum(0) * weight * alpha * factor
         gradients[0] = alpha_grad.sum().reshape(1) if log_alpha.numel() == 1 else alpha_grad
     return loss, tuple(gradients)
-
-
-def dyt_fit_loss_and_gradients(x, y, log_alpha, weight, bias, buffers=None):
-    """`fit_loss_and_gradients` for DyT (`buffers`: four tensors shaped like `x`)."""
-    return fit_loss_and_gradients(x, y, TANH, log_alpha, weight, bias, buffers=buffers)
 
 
 def _refine(

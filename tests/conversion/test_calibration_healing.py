@@ -12,7 +12,6 @@ from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
 from hf_norms import cli
 from hf_norms.conversion import healing
-from hf_norms.conversion.calibration import dyt_fit_loss_and_gradients, fit_dyt
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.data import load_examples
@@ -27,10 +26,10 @@ def test_fit_dyt_recovers_a_dyt_function():
     alpha = torch.tensor([0.2, 0.5, 1.0, 2.0, 0.7, 0.3])
     weight, bias = torch.linspace(-2, 2, 6), torch.linspace(0.5, -0.5, 6)
     y = weight * torch.tanh(alpha * x) + bias
-    fit = fit_dyt(x, y, per_channel=True)
+    fit = fit_elementwise(x, y, TANH, per_channel=True)
     assert fit.relative_error < 1e-4
     assert torch.allclose(fit.alpha, alpha, rtol=1e-2)
-    scalar = fit_dyt(x, y, per_channel=False)
+    scalar = fit_elementwise(x, y, TANH, per_channel=False)
     assert scalar.alpha.shape == (1,) and scalar.relative_error > fit.relative_error
 
 
@@ -201,7 +200,7 @@ def test_dyt_fit_gradients_match_autograd(per_channel):
     x, y = torch.randn(300, 16) * 3, torch.randn(300, 16)
     log_alpha = torch.randn(16 if per_channel else 1) * 0.3 - 1
     weight, bias = torch.randn(16), torch.randn(16)
-    loss, gradients = dyt_fit_loss_and_gradients(x, y, log_alpha, weight, bias)
+    loss, gradients = fit_loss_and_gradients(x, y, TANH, log_alpha, weight, bias)
     params = [t.clone().double().requires_grad_(True) for t in (log_alpha, weight, bias)]
     reference = (params[1] * torch.tanh(params[0].exp() * x.double()) + params[2] - y.double()).pow(2).mean()
     reference = reference / y.double().pow(2).mean()
