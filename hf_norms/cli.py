@@ -265,7 +265,7 @@ def run_finetune(arguments: list[str]) -> int:
 def finetune_help_parser() -> argparse.ArgumentParser:
     """A parser whose help is `hf-norms finetune --help`: the options of `ModelArguments` and `DataArguments` (their
     help and defaults), then `FINETUNE_TRAINER_OPTIONS`. It only renders help; transformers parses a real run."""
-    from .training.arguments import DataArguments, ModelArguments
+    from .training.arguments import DataArguments, ModelArguments, OutputArguments
 
     parser = OneLineParser(
         prog="hf-norms finetune",
@@ -276,7 +276,7 @@ def finetune_help_parser() -> argparse.ArgumentParser:
             "logging_steps, gradient_accumulation_steps, ...): `hf-norms finetune --help-all` lists them all."
         ),
     )
-    for title, arguments in (("model", ModelArguments), ("data", DataArguments)):
+    for title, arguments in (("model", ModelArguments), ("data", DataArguments), ("output", OutputArguments)):
         group = parser.add_argument_group(f"{title} options ({arguments.__name__})")
         types = typing.get_type_hints(arguments)
         for field in dataclasses.fields(arguments):
