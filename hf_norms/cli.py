@@ -402,7 +402,7 @@ def add_hub(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=port_number, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--token", action="append", help="accepted bearer token (repeatable; default: any token)")
     parser.add_argument("--user", default=None, help="user name the tokens authenticate as")
-    parser.set_defaults(run=run_hub)
+    parser.set_defaults(run=run_hub, uses_models=False)  # the server needs neither torch nor transformers
 
 
 def run_hub(args: argparse.Namespace) -> int:
@@ -465,10 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
         return run_finetune(argv[1:])
     args = build_parser().parse_args(argv)
-    from . import register_auto_classes
-
     with handled_errors(f"hf-norms {args.command}") as outcome:
-        register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (see __init__.py)
+        if getattr(args, "uses_models", True):  # `hub` does not: importing the models imports torch and transformers
+            from . import register_auto_classes
+
+            register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (__init__.py)
         outcome.status = args.run(args) or 0
     return outcome.status
 
