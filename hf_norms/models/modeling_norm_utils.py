@@ -50,9 +50,15 @@ class NormPreTrainedMixin:
       prefix norm, LaPE's `pe_norm`), so parameters a stock checkpoint lacks get their documented values.
     - `save_pretrained` writes the runtime key layout (which the Trainer's best-model reload and resume load fully,
       unlike transformers' default 4.x layout), the full `auto_map` of the family and the flat remote-code files.
+    - `accepts_loss_kwargs = False`: every head's loss is the mean over its own batch. A `forward` taking `**kwargs`
+      would otherwise make the Trainer pass `num_items_in_batch` and multiply the returned loss by the world size,
+      which only undoes a loss divided by the global item count (BERT's heads, the MIM heads and the regression and
+      multi-label losses ignore it): on 2 processes the logged and saved losses, and the gradients, doubled.
+      The Trainer then lets DDP average the gradients and divides by the accumulation steps, as for any model.
     """
 
     family_auto_map: ClassVar[dict[str, str]] = {}
+    accepts_loss_kwargs: ClassVar[bool] = False
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
