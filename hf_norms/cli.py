@@ -231,7 +231,10 @@ FINETUNE_TRAINER_OPTIONS: dict[str, tuple[Any, str]] = {
     "bf16": (False, "bfloat16 mixed precision"),
     "seed": (42, "random seed of the initialisation and the data order"),
     "resume_from_checkpoint": (None, "a checkpoint folder, or `last` for the newest one in --output_dir"),
-    "push_to_hub": (False, "push the model to the Hub when it is saved (token: --hub_token or HF_TOKEN)"),
+    "push_to_hub": (
+        False,
+        "publish the finished model once, after evaluation, with its card (--hub_token or HF_TOKEN)",
+    ),
     "hub_model_id": (None, "the repo --push_to_hub pushes to (default: the name of --output_dir)"),
 }
 

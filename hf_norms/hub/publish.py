@@ -17,8 +17,10 @@
    the repo id, the branch name, the path of a file to upload or any byte of one (each file is read once, for the
    token and for its content's kind together);
 4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
-   symlinks to the checked files, so the local folder is never written. Nothing on the Hub is deleted unless
-   `delete_patterns` asks.
+   symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
+   `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
+   as copies with each such path cut to its last component, as the card names them. Nothing on the Hub is deleted
+   unless `delete_patterns` asks.
 
 The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
 stored login (`hf auth login`). While the push runs, no log record of any logger (hf-norms, huggingface_hub, httpx),
@@ -29,6 +31,7 @@ server raises `PushError`; the local folder is untouched and running the same pu
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import re
@@ -46,7 +49,14 @@ from huggingface_hub.utils import validate_repo_id
 from ..errors import HfNormsError
 from ..models.auto_registration import MODEL_CLASSES
 from ..version import VERSION
-from .card_facts import FAMILIES, read_json, saved_without_pooler
+from .card_facts import (
+    FAMILIES,
+    REPORT_NAME,
+    TRAINER_STATE_NAME,
+    read_json,
+    saved_without_pooler,
+    without_local_paths,
+)
 from .model_card import model_card_for_folder
 from .redaction import tokens_redacted
 from .upload_files import (
@@ -61,6 +71,9 @@ from .upload_files import (
 logger = logging.getLogger(__name__)
 
 IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+# JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
+# uploaded with each such path cut to its last component
+PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
 
@@ -311,7 +324,11 @@ def upload(
         staging = Path(staging_dir)
         for name in files:
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
+            if name in PATH_BEARING_FILES:  # a copy without the local folders it names (the user's home, ...)
+                published = without_local_paths(read_json(folder / name))
+                (staging / name).write_text(json.dumps(published, indent=1), encoding="utf-8")
+            else:
+                os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
         if card_text is not None:
             (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
         try:

@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 
 import datasets
 import torch
+from huggingface_hub import get_token
 from transformers import (
     AutoImageProcessor,
     AutoTokenizer,
@@ -62,6 +63,8 @@ from transformers.training_args import ParallelMode
 
 from ..conversion.sources import copy_sentence_transformers_files
 from ..errors import handled_errors
+from ..hub.model_card import create_trainer_model_card
+from ..hub.redaction import tokens_redacted
 from .arguments import DataArguments, ModelArguments
 from .data import (
     FinetuneInputError,
@@ -316,6 +319,12 @@ def finetune(
         eval_metrics = trainer.evaluate()
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
+    # The card, as transformers' example scripts write it; with push_to_hub, one push of the finished folder (weights,
+    # code, tokenizer, sentence-transformers files, metrics, card): NormTrainer pushes nothing before.
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset=data_args.dataset)
+    else:
+        create_trainer_model_card(trainer, dataset=data_args.dataset)
     return FinetuneResult(trainer, train_metrics, eval_metrics)
 
 
@@ -371,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
             if unknown:
                 raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
-        finetune(*arguments)
+        with tokens_redacted(arguments[0].token, arguments[2].hub_token, get_token()):
+            finetune(*arguments)
     return outcome.status
 
 

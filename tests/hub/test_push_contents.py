@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, snapshot_download
 from transformers import ViTImageProcessorPil
 
 import hf_norms
@@ -290,3 +290,32 @@ def test_content_skipped_files_never_reach_the_hub(checkpoint: Path, api: HfApi)
     remote = set(api.list_repo_files("org/content-skips"))
     assert {"config.json", "model.safetensors", "README.md"} <= remote
     assert not {"deploy", "state.data", "sa.json", "extras.zip"} & remote
+
+
+def test_local_paths_are_not_published(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    """The uploaded conversion report and Trainer state name local files by their last component, as the card does;
+    the local files are unchanged."""
+    report = {
+        "source": "/home/alice/models/all-MiniLM-L6-v2",
+        "source_revision": None,
+        "exact": True,
+        "calibration": {"data": "/home/alice/data/bbc_news-train.txt", "samples": 8, "method": "fit", "seconds": 1},
+        "evaluation": {"data": "/home/alice/data/bbc_news-test-128.txt (held out)", "samples": 8},
+        "stages": {"exact": {"end_to_end": {"max_abs_diff": 0.0, "mean_cosine": 1.0}}},
+        "links": ["https://huggingface.co/org/model", "org/model"],
+    }
+    state = {"global_step": 0, "best_model_checkpoint": "/home/alice/runs/out/checkpoint-5", "log_history": []}
+    (checkpoint / "conversion_report.json").write_text(json.dumps(report))
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    before = {name: (checkpoint / name).read_bytes() for name in ("conversion_report.json", "trainer_state.json")}
+    push_to_hub(checkpoint, "org/no-local-paths", endpoint=api.endpoint, token=TOKEN)
+    published = Path(snapshot_download("org/no-local-paths", endpoint=api.endpoint, token=TOKEN,
+                                       cache_dir=tmp_path / "download"))  # fmt: skip
+    texts = {path.name: path.read_text() for path in published.iterdir() if path.suffix in (".json", ".md")}
+    assert [name for name, text in texts.items() if "/home/alice" in text] == []
+    uploaded = json.loads(texts["conversion_report.json"])
+    assert uploaded["source"] == "all-MiniLM-L6-v2" and uploaded["calibration"]["data"] == "bbc_news-train.txt"
+    assert uploaded["evaluation"]["data"] == "bbc_news-test-128.txt (held out)"
+    assert uploaded["links"] == report["links"] and uploaded["stages"] == report["stages"]
+    assert json.loads(texts["trainer_state.json"])["best_model_checkpoint"] == "checkpoint-5"
+    assert {name: (checkpoint / name).read_bytes() for name in before} == before
