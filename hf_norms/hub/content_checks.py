@@ -202,7 +202,7 @@ def is_pickle(data: bytes, whole_file: bool) -> bool:
         for opcode, _, _ in pickletools.genops(stream):
             count += 1
             if opcode.name == "STOP":
-                return protocol_header or stream.tell() == len(data)
+                return protocol_header or (count >= 2 and stream.tell() == len(data))
             if protocol_header and count >= 3:
                 return True
     except Exception:  # not a pickle, or one cut off by the end of the header

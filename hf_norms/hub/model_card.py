@@ -242,11 +242,12 @@ class NormCardTrainerMixin:
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
         """Name the repo `push_to_hub` will create (`hub_model_id`, else the output folder's name); nothing is sent."""
-        if self.args.hub_strategy in ("checkpoint", "all_checkpoints"):
+        strategy = getattr(self.args.hub_strategy, "value", self.args.hub_strategy)  # a HubStrategy, or its value
+        if strategy in ("checkpoint", "all_checkpoints"):
             logger.warning(
                 "hub_strategy=%s is ignored: hf-norms pushes once, at the end (push_to_hub), and never pickled "
                 "checkpoints; keep checkpoints locally to resume.",
-                self.args.hub_strategy,
+                strategy,
             )
         self.hub_model_id = self.args.hub_model_id or Path(self.args.output_dir).absolute().name
         self.push_in_progress = None

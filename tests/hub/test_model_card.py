@@ -413,3 +413,16 @@ def test_a_fine_tuned_card_takes_base_model_license_and_language_from_its_source
     assert not {"base_model", "license", "language"} & set(cards["bare"].data.to_dict())
     pushed = model_card_for_folder(tmp_path / "out-snapshot", "org/snapshot-ft").data.to_dict()  # `hf-norms push`
     assert (pushed["base_model"], pushed["license"], pushed["language"]) == ("org/src", "mit", "fr")
+
+
+def test_a_norm_trainer_pushes_nothing_before_push_to_hub(sepnorm_exact, tmp_path, caplog):
+    """With push_to_hub set, making the Trainer and saving the model send nothing (the suite runs offline, so any
+    request would fail): the repo is only named, and hub_strategy=checkpoint is refused with a warning."""
+    folder, _ = sepnorm_exact
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none", push_to_hub=True,
+                             hub_strategy="checkpoint")  # fmt: skip
+    trainer = CardTrainer(model=hf_norms.BertNormModel.from_pretrained(folder), args=args)
+    assert trainer.hub_model_id == "run" and "hub_strategy=checkpoint is ignored" in caplog.text
+    trainer.save_model()
+    trainer._push_from_checkpoint(str(tmp_path / "run"))
+    assert (tmp_path / "run" / "model.safetensors").is_file()
