@@ -65,6 +65,7 @@ import json, logging, os, sys
 from pathlib import Path
 import huggingface_hub, transformers
 from huggingface_hub import HfApi
+from echoing_server import EchoingServer
 from hf_norms import cli
 from hf_norms.hub.server import HubServer
 
