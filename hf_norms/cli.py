@@ -231,7 +231,10 @@ FINETUNE_TRAINER_OPTIONS: dict[str, tuple[Any, str]] = {
     "bf16": (False, "bfloat16 mixed precision"),
     "seed": (42, "random seed of the initialisation and the data order"),
     "resume_from_checkpoint": (None, "a checkpoint folder, or `last` for the newest one in --output_dir"),
-    "push_to_hub": (False, "push the model to the Hub when it is saved (token: --hub_token or HF_TOKEN)"),
+    "push_to_hub": (
+        False,
+        "publish the finished model once, after evaluation, with its card (--hub_token or HF_TOKEN)",
+    ),
     "hub_model_id": (None, "the repo --push_to_hub pushes to (default: the name of --output_dir)"),
 }
 
@@ -349,33 +352,40 @@ def run_push(args: argparse.Namespace) -> int:
     import json
     import logging
 
+    from huggingface_hub import get_token
+
     from .hub.publish import push_to_hub
+    from .hub.redaction import redact, tokens_redacted
 
     check_push_order(args.repo_id, args.local_path)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    result = push_to_hub(
-        args.local_path,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        endpoint=args.endpoint,
-        token=args.token,
-        include=args.include,
-        exclude=args.exclude,
-        include_skipped=args.include_skipped,
-        delete_patterns=args.delete,
-        dry_run=args.dry_run,
-        base_model=args.base_model,
-        license=args.license,
-        datasets=args.dataset,
-        training_dataset=args.training_dataset,
-        notes=args.note,
-    )
-    if isinstance(result, list):
-        print(json.dumps({"files": result}, indent=1))
-    else:
-        print(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
+    # hf-norms' own INFO lines (what is skipped, what is uploaded); other libraries' from WARNING (httpx logs every
+    # request at INFO)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    logging.getLogger("hf_norms").setLevel(logging.INFO)
+    with tokens_redacted(args.token, get_token()):  # in the error line too, wherever the token came from
+        result = push_to_hub(
+            args.local_path,
+            args.repo_id,
+            private=args.private,
+            revision=args.revision,
+            commit_message=args.commit_message,
+            endpoint=args.endpoint,
+            token=args.token,
+            include=args.include,
+            exclude=args.exclude,
+            include_skipped=args.include_skipped,
+            delete_patterns=args.delete,
+            dry_run=args.dry_run,
+            base_model=args.base_model,
+            license=args.license,
+            datasets=args.dataset,
+            training_dataset=args.training_dataset,
+            notes=args.note,
+        )
+        if isinstance(result, list):
+            print(redact(json.dumps({"files": result}, indent=1)))
+        else:
+            print(redact(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})"))
     return 0
 
 

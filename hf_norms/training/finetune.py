@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 
 import datasets
 import torch
+from huggingface_hub import get_token
 from transformers import (
     AutoImageProcessor,
     AutoTokenizer,
@@ -63,6 +64,8 @@ from transformers.training_args import ParallelMode
 from ..conversion.checkpoint_io import ConversionError, check_trainer_checkpoint
 from ..conversion.sources import copy_sentence_transformers_files, sentence_transformers_files
 from ..errors import handled_errors, require_type
+from ..hub.model_card import create_trainer_model_card
+from ..hub.redaction import tokens_redacted
 from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder, record_on_save
 from .arguments import DataArguments, ModelArguments, OutputArguments
 from .data import (
@@ -369,6 +372,12 @@ def finetune(
         eval_metrics = trainer.evaluate()
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
+    # The card, as transformers' example scripts write it; with push_to_hub, one push of the finished folder (weights,
+    # code, tokenizer, sentence-transformers files, metrics, card): NormTrainer pushes nothing before.
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset=data_args.dataset)
+    else:
+        create_trainer_model_card(trainer, dataset=data_args.dataset)
     if output is not None:
         output.record()
     return FinetuneResult(trainer, train_metrics, eval_metrics)
@@ -427,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
         model_args, data_args, output_args, training_args = arguments
-        finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
+        with tokens_redacted(model_args.token, training_args.hub_token, get_token()):
+            finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
     return outcome.status
 
 
