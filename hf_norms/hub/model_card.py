@@ -9,7 +9,6 @@ once, through `hf_norms.hub.publish.push_to_hub`.
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..conversion.downstream import dataset_name
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
+from ..output_folders import copy_checkpoint_files
 from .card_facts import (
     FAMILIES,
     FIDELITY_METRICS,
@@ -198,7 +198,7 @@ def trainer_card_arguments(
     trainer.save_state()
     loaded_from = str(getattr(trainer.model, "name_or_path", "") or "")
     if loaded_from and not (output_dir / REPORT_NAME).is_file() and (Path(loaded_from) / REPORT_NAME).is_file():
-        shutil.copyfile(Path(loaded_from) / REPORT_NAME, output_dir / REPORT_NAME)
+        copy_checkpoint_files(Path(loaded_from), output_dir, [REPORT_NAME])  # never through a link out of it
     as_list = lambda value: [value] if isinstance(value, str) else list(value or [])  # noqa: E731
     repo_id = trainer.args.hub_model_id or model_name or output_dir.absolute().name
     source = source_lineage(loaded_from) if loaded_from else {}

@@ -46,7 +46,8 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 
-from ..errors import HfNormsError
+from ..conversion.checkpoint_io import ConversionError, check_model_fits, check_source_config, check_weights
+from ..errors import HfNormsError, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..version import VERSION
 from .card_facts import (
@@ -167,6 +168,12 @@ def check_weights_load(folder: Path, model_class: type) -> None:
     without a pooler, like DINOv2, is loaded as its card says: with `add_pooling_layer=False`)."""
     architecture = model_class.__name__
     options = {"add_pooling_layer": False} if saved_without_pooler(folder, architecture) else {}
+    try:  # the config against the weights' headers first: nothing oversized is allocated
+        shapes = check_weights(folder, allow_pickle=False)[1]
+        check_source_config(folder, shapes)
+        check_model_fits(model_class, model_class.config_class.from_pretrained(folder), shapes, str(folder))
+    except ConversionError as err:
+        raise CheckpointRefused(str(err)) from None
     try:
         _, info = model_class.from_pretrained(folder, output_loading_info=True, **options)
     except Exception as err:  # any failure to load is the refusal's reason
@@ -272,6 +279,8 @@ def push_to_hub(
     or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds the token
     (`hf_norms.hub.redaction`).
     """
+    require_type("folder", folder, (str, os.PathLike), "the checkpoint folder to upload")
+    require_type("repo_id", repo_id, str, "a Hub repo id such as my-org/vit-dyt")
     token = token or get_token()
     with tokens_redacted(token, get_token()):
         check_repo_id(repo_id)

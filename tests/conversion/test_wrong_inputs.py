@@ -184,6 +184,17 @@ def test_unusable_paths_are_one_line(tiny_vit_dir, tmp_path, capsys):
     assert (tmp_path / "file.txt").read_text() == "mine" and loop.is_symlink()
 
 
+def test_push_refuses_an_oversized_config_before_loading_it(tiny_bert_dir, tmp_path, capsys):
+    converted = tmp_path / "converted"
+    assert run(["convert", str(tiny_bert_dir), "--norm-type", "lape", "--output", str(converted)], capsys)[0] == 0
+    config = json.loads((converted / "config.json").read_text())
+    (converted / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10**7}))
+    started = time.perf_counter()
+    status, err = run(["push", "org/tiny", str(converted), "--dry-run"], capsys)
+    assert_refused(status, err, "the config does not belong to these weights")
+    assert time.perf_counter() - started < 20
+
+
 def test_wrong_types_in_the_python_api_are_type_errors_with_one_line(tiny_vit_dir, tmp_path):
     calls = {
         "convert(None, ...)": lambda: hf_norms.convert(None, "dtn", tmp_path / "o"),
@@ -192,6 +203,8 @@ def test_wrong_types_in_the_python_api_are_type_errors_with_one_line(tiny_vit_di
         "convert_model(None, ...)": lambda: hf_norms.convert_model(None, "dtn"),
         "heal(None, ...)": lambda: heal(None, "data.txt"),
         "finetune(None, ...)": lambda: finetune(None, None, None),
+        "push_to_hub(None, ...)": lambda: hf_norms.push_to_hub(None, "org/x"),
+        "push_to_hub(..., repo_id=None)": lambda: hf_norms.push_to_hub(tmp_path, None),
     }
     for call in calls.values():
         with pytest.raises(ArgumentTypeError) as raised:
