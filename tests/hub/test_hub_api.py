@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,17 +35,6 @@ base_model: org/base
 """
 
 pytestmark = pytest.mark.usefixtures("hub_online")
-
-
-@pytest.fixture(scope="module")
-def hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
-    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def api(hub: HubServer) -> HfApi:
-    return HfApi(endpoint=hub.url, token=TOKEN)
 
 
 def _status(excinfo: pytest.ExceptionInfo[HfHubHTTPError]) -> int:

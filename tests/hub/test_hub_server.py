@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,17 +33,6 @@ TOKEN = "test-token"
 
 
 pytestmark = pytest.mark.usefixtures("hub_online")
-
-
-@pytest.fixture(scope="module")
-def hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
-    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def api(hub: HubServer) -> HfApi:
-    return HfApi(endpoint=hub.url, token=TOKEN)
 
 
 @pytest.fixture(scope="module")

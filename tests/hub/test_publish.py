@@ -11,13 +11,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import in_fresh_memory
-from huggingface_hub import HfApi, ModelCard, hf_hub_download
+from huggingface_hub import ModelCard, hf_hub_download
 from test_model_card import MINILM_ID, convert_minilm, text_batch
 from transformers import (
     AutoTokenizer,
@@ -42,17 +41,6 @@ IMAGE_SIZE = 32
 
 
 pytestmark = pytest.mark.usefixtures("hub_online")
-
-
-@pytest.fixture(scope="module")
-def hub(hub_online, tmp_path_factory) -> Iterator[HubServer]:
-    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def api(hub) -> HfApi:
-    return HfApi(endpoint=hub.url, token=TOKEN)
 
 
 def photo_batch(processor) -> torch.Tensor:

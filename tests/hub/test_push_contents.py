@@ -21,11 +21,8 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
 from huggingface_hub import HfApi, snapshot_download
-from transformers import ViTImageProcessorPil
 
-import hf_norms
 from hf_norms.hub.content_checks import SCAN_CHUNK, scan_file, token_forms
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
 from hf_norms.hub.server import HubServer
@@ -35,14 +32,6 @@ TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token
 OTHER_HF_TOKEN = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa76543210"
 
 pytestmark = pytest.mark.usefixtures("hub_online")
-
-
-@pytest.fixture(scope="module")
-def saved_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("checkpoint") / "vit"
-    hf_norms.ViTNormModel(tiny_config("vit", "layernorm")).save_pretrained(folder)
-    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture

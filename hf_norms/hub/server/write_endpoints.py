@@ -45,32 +45,32 @@ def _check_namespace(request: Request, namespace: str, user: str, action: str) -
         raise forbidden(user, f"{action} in {namespace!r}", owner)
 
 
+def _named_repo(body: dict, user: str) -> RepoRef:
+    """The repo a `create`/`delete` body names: `type`, `organization` (default: the caller's namespace) and `name`."""
+    namespace = check_name(json_field(body, "organization", str) or user, "namespace")
+    return RepoRef(_repo_type(body), namespace, check_name(json_field(body, "name", str, required=True), "repo name"))
+
+
 def create_repo(request: Request) -> Response:
     user = request.user()
     body = request.json_body()
-    repo_type = _repo_type(body)
-    namespace = check_name(json_field(body, "organization", str) or user, "namespace")
-    name = check_name(json_field(body, "name", str, required=True), "repo name")
+    ref = _named_repo(body, user)
     private, visibility = json_field(body, "private", bool), json_field(body, "visibility", str)
     if visibility not in (None, *VISIBILITIES):
         raise bad_request(f"'visibility' must be one of {', '.join(VISIBILITIES)}, not {visibility!r}")
-    _check_namespace(request, namespace, user, "create repos")
+    _check_namespace(request, ref.namespace, user, "create repos")
     is_private = bool(private) or visibility == "private"
-    repo, created = request.hub.store.create_repo(RepoRef(repo_type, namespace, name), private=is_private, author=user)
+    repo, created = request.hub.store.create_repo(ref, private=is_private, author=user)
     url = f"{request.hub.url}/{repo.web_path}"
     if not created:
-        return Response(409, {"error": f"You already created this {repo_type} repo", "url": url})
+        return Response(409, {"error": f"You already created this {ref.type} repo", "url": url})
     return Response(payload={"url": url, "name": repo.id, "id": repo.id})
 
 
 def delete_repo(request: Request) -> Response:
     """`DELETE /api/repos/delete` with `{"name", "organization", "type"}`: the owner only."""
-    user = request.user()
-    body = request.json_body()
-    repo_type = _repo_type(body)
-    namespace = check_name(json_field(body, "organization", str) or user, "namespace")
-    name = check_name(json_field(body, "name", str, required=True), "repo name")
-    repo, _ = request.owned_repo(RepoRef(repo_type, namespace, name), "delete")
+    user = request.user()  # authorised from the headers, before the body is read
+    repo, _ = request.owned_repo(_named_repo(request.json_body(), user), "delete")
     request.hub.store.delete_repo(repo)
     return Response(payload={})
 
