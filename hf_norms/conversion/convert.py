@@ -51,7 +51,6 @@ from .sources import (
     copy_sentence_transformers_files,
     describe_model,
     inspect_source,
-    link_root,
     load_processor,
     load_teacher,
     quiet_transformers,
@@ -355,7 +354,7 @@ def convert(
                  **data_places(**local_data(ood_evaluation_data=ood_evaluation_data))}  # fmt: skip
     planned = PlannedOutput.check(output, overwrite, protected)  # before the slow part; checked again at the move
     # the sentence-transformers files are copied at the end: a link out of the source is refused now
-    checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path), link_root(checkpoint))
+    checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
     teacher = load_teacher(checkpoint, source_model)
@@ -371,7 +370,7 @@ def convert(
     report["source_revision"] = checkpoint.revision
     with planned.staged("convert") as staging:
         save_checkpoint(student, processor, staging.path)
-        copy_sentence_transformers_files(checkpoint.path, staging.path, link_root(checkpoint))
+        copy_sentence_transformers_files(checkpoint.path, staging.path)
         write_report(staging.path, report)
     return report
 

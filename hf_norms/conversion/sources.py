@@ -171,16 +171,10 @@ def sentence_transformers_files(folder: Path) -> list[str]:
     return names + [path for path in folders if Path(path).name == path and (folder / path).is_dir()]
 
 
-def copy_sentence_transformers_files(source: Path, target: Path, root: Path | None = None) -> list[str]:
+def copy_sentence_transformers_files(source: Path, target: Path) -> list[str]:
     """Copy the sentence-transformers files of `source` into `target`, so the converted model stays a
     sentence-transformers model (same pooling, normalisation, max_seq_length and prompts); returns what was copied.
-    No link out of `source` (or `root`, see `link_root`) is followed."""
+    No link out of `source` (or, for a Hub download, its cache folder: `output_folders.link_root`) is followed."""
     copied = sentence_transformers_files(source)
-    copy_checkpoint_files(source, target, copied, root)
+    copy_checkpoint_files(source, target, copied)
     return copied
-
-
-def link_root(checkpoint: SourceCheckpoint) -> Path:
-    """The folder a checkpoint's links may lead into: the checkpoint itself, or for a Hub download, its repo's cache
-    folder (a snapshot's files are links to `../../blobs/`)."""
-    return checkpoint.path if checkpoint.revision is None else checkpoint.path.parents[1]

@@ -24,7 +24,7 @@ Every command that writes (`convert`, `heal`, `finetune`, `demo`) goes through t
 from __future__ import annotations
 
 from .claims import ClaimedFolder, claim_folder, record_on_save, remove_written_files
-from .copies import checkpoint_files, copy_checkpoint_files, readable_inside
+from .copies import checkpoint_files, copy_checkpoint_files, link_root, readable_inside
 from .ownership import MARKER_NAME, Marker, check_replaceable, foreign_entries, made_by_hf_norms
 from .places import OutputFolderError, check_output_location, never_written, resolved
 from .staging import (
@@ -50,6 +50,7 @@ __all__ = [
     "claim_folder",
     "copy_checkpoint_files",
     "foreign_entries",
+    "link_root",
     "made_by_hf_norms",
     "make_marked_folder",
     "never_written",

@@ -11,15 +11,12 @@ from .ownership import MARKER_NAME
 from .places import OutputFolderError, resolved
 
 
-def checkpoint_files(
-    source: Path, names: Iterable[str] | None = None, root: Path | None = None
-) -> list[tuple[Path, str]]:
+def checkpoint_files(source: Path, names: Iterable[str] | None = None) -> list[tuple[Path, str]]:
     """(file to read, path relative to `source`) of every file of `names` (files or folders; default: everything but
-    the marker), a link to a regular file inside `root` (default: `source`; a Hub download's snapshot links into its
-    repo's cache folder) standing for that file; any other link (outside, to a folder, dangling, a loop) is refused,
-    naming it (`readable_inside`)."""
+    the marker), a link to a regular file inside `link_root(source)` standing for that file; any other link (outside,
+    to a folder, dangling, a loop) is refused, naming it (`readable_inside`)."""
     source = resolved(source, "Source")
-    root = source if root is None else resolved(root, "Source")
+    root = link_root(source)
     files = []
     for name in names if names is not None else [entry.name for entry in source.iterdir() if entry.name != MARKER_NAME]:
         start = source / name
@@ -33,12 +30,10 @@ def checkpoint_files(
     return files
 
 
-def copy_checkpoint_files(
-    source: Path, target: Path, names: Iterable[str] | None = None, root: Path | None = None
-) -> list[str]:
-    """Copy `names` of `source` into `target` (`checkpoint_files`: never through a link out of `source`, or `root`,
-    every link checked before anything is copied); returns the relative paths copied."""
-    files = checkpoint_files(source, names, root)
+def copy_checkpoint_files(source: Path, target: Path, names: Iterable[str] | None = None) -> list[str]:
+    """Copy `names` of `source` into `target` (`checkpoint_files`: never through a link out of it, every link checked
+    before anything is copied); returns the relative paths copied."""
+    files = checkpoint_files(source, names)
     for path, relative in files:
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target / relative, follow_symlinks=False)
@@ -62,3 +57,12 @@ def readable_inside(folder: Path, path: Path) -> Path:
             "with a copy of the file, or remove it."
         )
     return target
+
+
+def link_root(folder: Path) -> Path:
+    """The folder a checkpoint's links may lead into: the checkpoint itself, or, for a Hub download in the
+    huggingface_hub cache (`models--org--name/snapshots/<commit>/`, whose files are links to `../../blobs/`), its repo's
+    cache folder."""
+    folder = resolved(folder, "Source")
+    in_cache = folder.parent.name == "snapshots" and folder.parents[1].name.startswith(("models--", "datasets--"))
+    return folder.parents[1] if in_cache else folder

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -174,5 +175,5 @@ def test_the_hf_norms_script_prints_no_token_and_no_request_lines(checkpoint: Pa
         assert "model.safetensors" in HfApi(endpoint=hub.url, token=token).list_repo_files("org/script")
     assert token_forms_in(pushed.stdout) == [] and token_forms_in(pushed.stderr) == []
     assert f"Pushed {tmp_path}/run-<token> to org/script" in pushed.stdout
-    assert f"INFO Uploading 20 files from {tmp_path}/run-<token> to" in pushed.stderr
+    assert re.search(rf"INFO Uploading \d+ files from {re.escape(str(tmp_path))}/run-<token> to", pushed.stderr)
     assert "HTTP Request:" not in pushed.stderr
