@@ -179,12 +179,14 @@ def fitting_max_length(config, max_length: int) -> int:
 
 
 def encode_batches(processor, examples: Examples, batch_size: int = 16, max_length: int = 128) -> list[dict]:
-    """Model inputs for `examples` in batches: `input_ids`/`attention_mask` (padded per batch) or `pixel_values`."""
+    """Model inputs for `examples` in batches: `input_ids`/`attention_mask` (padded per batch) and the
+    `SPECIAL_TOKENS_MASK` (which `run_model` does not pass on), or `pixel_values`."""
     batches = []
     for start in range(0, len(examples), batch_size):
         chunk = examples.items[start : start + batch_size]
         if examples.modality == "text":
-            batch = processor(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            batch = processor(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt",
+                              return_special_tokens_mask=True)  # fmt: skip
         else:
             batch = processor(images=chunk, return_tensors="pt")
         batches.append(dict(batch))
@@ -197,8 +199,35 @@ def real_token_mask(batch: dict) -> torch.Tensor | None:
     return mask.bool() if mask is not None else None
 
 
+TOKEN_TYPES = ("prefix", "special", "ordinary")
+SPECIAL_TOKENS_MASK = "special_tokens_mask"  # carried by text batches beside the model inputs; `run_model` drops it
+
+
+def model_inputs(batch: dict) -> dict:
+    """`batch` without the keys that describe it rather than feed the model (`SPECIAL_TOKENS_MASK`)."""
+    return {key: value for key, value in batch.items() if key != SPECIAL_TOKENS_MASK}
+
+
+def token_type_masks(batch: dict, seq_len: int, prefix_tokens: int = 1) -> dict[str, torch.Tensor]:
+    """`{type: [batch, seq_len] bool}` for the `TOKEN_TYPES` among the real tokens of `batch`: `prefix`, the first
+    `prefix_tokens` positions ([CLS], DeiT's distillation token); `special`, the other tokens the tokenizer added
+    ([SEP], ...: the batch's `special_tokens_mask`; none for images or without it); `ordinary`, the rest. `seq_len` is
+    the models' sequence length (for images, patches plus prefix tokens)."""
+    first = next(iter(batch.values()))
+    mask = real_token_mask(batch)
+    if mask is None:
+        mask = torch.ones(first.shape[0], seq_len, dtype=torch.bool, device=first.device)
+    prefix = torch.zeros_like(mask)
+    prefix[:, :prefix_tokens] = True
+    prefix &= mask
+    special = batch[SPECIAL_TOKENS_MASK].bool() & mask & ~prefix if SPECIAL_TOKENS_MASK in batch else ~mask
+    return {"prefix": prefix, "special": special, "ordinary": mask & ~prefix & ~special}
+
+
 def run_model(model: nn.Module, batch: dict) -> Any:
-    """`model(**batch)`, giving a multiple-choice head its `[batch, 1, seq_len]` inputs."""
+    """`model(**batch)` (without `SPECIAL_TOKENS_MASK`), giving a multiple-choice head its `[batch, 1, seq_len]`
+    inputs."""
+    batch = model_inputs(batch)
     if type(model).__name__.endswith("ForMultipleChoice"):
         batch = {key: value.unsqueeze(1) for key, value in batch.items()}
     return model(**batch)

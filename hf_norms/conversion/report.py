@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hub.norm_texts import STATISTICS_FREE
+from .data import TOKEN_TYPES
 
 REPORT_JSON = "conversion_report.json"
 REPORT_MD = "conversion_report.md"
@@ -89,17 +90,22 @@ def report_markdown(report: dict[str, Any]) -> str:
         "",
         "## End to end",
         "",
-        "Max abs diff over the final hidden states and logits; mean cosine of the pooled final hidden states; top-1 "
-        "agreement and KL(original || converted) of the logits where the model has a head.",
+        "Max abs diff over the final hidden states and logits; mean cosine of the pooled final hidden states; per "
+        "token type, the mean cosine of single tokens' final hidden states ([CLS]/prefix, which stock heads read; the "
+        "other special tokens such as [SEP]; ordinary tokens); top-1 agreement and KL(original || converted) of the "
+        "logits where the model has a head.",
         "",
-        "| stage | max abs diff | mean cosine | top-1 agreement | KL divergence |",
-        "|---|---|---|---|---|",
+        "| stage | max abs diff | mean cosine | [CLS]/prefix cosine | special-token cosine | ordinary-token cosine "
+        "| top-1 agreement | KL divergence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for stage, metrics in stages.items():
         e2e = metrics["end_to_end"]
+        tokens = metrics.get("token_cosine") or {}
         lines.append(
             f"| {stage} | {_number(e2e['max_abs_diff'])} | {_number(e2e['mean_cosine'])} | "
-            f"{_number(e2e['top1_agreement'])} | {_number(e2e['kl_divergence'])} |"
+            + " | ".join(_number(tokens.get(kind)) for kind in TOKEN_TYPES)
+            + f" | {_number(e2e['top1_agreement'])} | {_number(e2e['kl_divergence'])} |"
         )
     names = list(next(iter(stages.values()))["per_norm"]) if stages else []
     lines += [

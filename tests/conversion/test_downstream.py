@@ -94,6 +94,20 @@ def test_report_has_out_of_domain_and_probe_blocks(tiny_bert_proof):
     )
 
 
+def test_fidelity_is_reported_per_token_type(tiny_bert_proof, tiny_vit_dir, tmp_path):
+    folder, report = tiny_bert_proof
+    tokens = report["stages"]["naive"]["token_cosine"]
+    assert list(tokens) == ["prefix", "special", "ordinary"]
+    # DTN normalises the [CLS] token with LayerNorm's statistics, the other tokens with statistics mixed across tokens
+    assert tokens["prefix"] > 0.9999 and -1 <= tokens["special"] < 0.9 and -1 <= tokens["ordinary"] < 0.9
+    row = " | ".join(f"{tokens[kind]:.4f}" for kind in ("prefix", "special", "ordinary"))
+    assert f"| {row} |" in (folder / REPORT_MD).read_text()
+    exact = convert(tiny_vit_dir, "sepnorm", tmp_path / "vit-sepnorm")["stages"]["exact"]["token_cosine"]
+    assert exact["special"] is None  # images have no special tokens
+    assert exact["prefix"] == pytest.approx(1, abs=1e-6) and exact["ordinary"] == pytest.approx(1, abs=1e-6)
+    assert "| n/a |" in (tmp_path / "vit-sepnorm" / REPORT_MD).read_text()
+
+
 def test_card_carries_in_domain_out_of_domain_and_probe_results(tiny_bert_proof):
     folder, report = tiny_bert_proof
     card = model_card_for_folder(folder, "hf-norms/tiny-bert-dtn")
