@@ -298,13 +298,15 @@ def limitations(facts: CardFacts) -> list[str]:
 
 
 def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The fidelity table, one row per stage in the order they were made, numbers formatted for reading."""
-    formats = {"max_abs_diff": "{:.3g}", "mean_cosine": "{:.4f}", "top1_agreement": "{:.3f}", "kl_divergence": "{:.3g}"}
+    """The fidelity table, one row per stage in the order they were made, numbers formatted for reading; the cosine per
+    token type ([CLS]/prefix, special, ordinary) where the report measured it."""
+    formats = {"max_abs_diff": "{:.3g}", "mean_cosine": "{:.4f}", "top1_agreement": "{:.3f}", "kl_divergence": "{:.3g}",
+               "prefix": "{:.4f}", "special": "{:.4f}", "ordinary": "{:.4f}"}  # fmt: skip
     rows = []
     for stage in STAGES:
         measured = ((report or {}).get("stages") or {}).get(stage)
         if measured:
-            values = measured["end_to_end"]
+            values = {**measured["end_to_end"], **(measured.get("token_cosine") or {})}
             rows.append(
                 {
                     "stage": stage,
@@ -314,6 +316,19 @@ def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
                 }
             )
     return rows
+
+
+def fidelity_measurement(report: dict[str, Any] | None) -> str:
+    """What the fidelity table's cosines compare: the pooling, the tokens per text, the per-token-type columns."""
+    evaluation = (report or {}).get("evaluation") or {}
+    text = evaluation.get("pooling") == "mean"
+    pooling = "the mean over real tokens, as a sentence embedding pools" if text else "the [CLS] token"
+    length = f", texts truncated to {evaluation['max_length']} tokens" if text and evaluation.get("max_length") else ""
+    return (
+        f"Mean cosine: of the pooled final hidden states ({pooling}{length}). Per token type: the mean cosine of single "
+        "tokens' final hidden states, for the [CLS] (prefix) token that a stock classification head reads, the other "
+        "special tokens ([SEP], ...) and the ordinary tokens."
+    )
 
 
 def readable_data(description: str) -> str:
@@ -348,6 +363,7 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         report=facts.report,
         evaluation_data=readable_data(facts.report["evaluation"]["data"]) if facts.report else None,
         fidelity_rows=fidelity_rows(facts.report),
+        fidelity_measurement=fidelity_measurement(facts.report),
         downstream_rows=downstream_rows(facts.report),
         training_metrics=training_metrics,
         limitations=limitations(facts),

@@ -102,6 +102,9 @@ def test_fidelity_is_reported_per_token_type(tiny_bert_proof, tiny_vit_dir, tmp_
     assert tokens["prefix"] > 0.9999 and -1 <= tokens["special"] < 0.9 and -1 <= tokens["ordinary"] < 0.9
     row = " | ".join(f"{tokens[kind]:.4f}" for kind in ("prefix", "special", "ordinary"))
     assert f"| {row} |" in (folder / REPORT_MD).read_text()
+    card = str(model_card_for_folder(folder, "hf-norms/tiny-bert-dtn"))
+    assert f"| {row} |" in card and "[CLS]/prefix cosine | special-token cosine | ordinary-token cosine" in card
+    assert "(the mean over real tokens, as a sentence embedding pools, texts truncated to 32 tokens)" in card
     exact = convert(tiny_vit_dir, "sepnorm", tmp_path / "vit-sepnorm")["stages"]["exact"]["token_cosine"]
     assert exact["special"] is None  # images have no special tokens
     assert exact["prefix"] == pytest.approx(1, abs=1e-6) and exact["ordinary"] == pytest.approx(1, abs=1e-6)
