@@ -32,8 +32,10 @@ and range over seeds, and the gap to LayerNorm's mean in points.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -58,6 +60,7 @@ from transformers import (
 import hf_norms
 from benchmarks.timing import markdown_table
 from hf_norms import packaged
+from hf_norms.conversion.report import REPORT_JSON, record_fine_tuning
 from hf_norms.models.norms import function_preserving_options
 from hf_norms.training.data import packaged_dataset
 
@@ -84,6 +87,7 @@ class Task:
     train: list[dict]
     test: list[dict]
     raw_train: list
+    description: str  # how a checkpoint is fine-tuned and scored, for the reports (`--record`)
 
 
 def text_task(smoke: bool) -> Task:
@@ -94,12 +98,17 @@ def text_task(smoke: bool) -> Task:
 
     def encode(part, count: int) -> list[dict]:
         rows = part.select(range(count))
-        encoded = tokenizer(rows["text"], truncation=True, max_length=128)
-        return [{**{k: v[i] for k, v in encoded.items()}, "labels": rows["label"][i]} for i in range(count)]
+        texts, labels = list(rows["text"]), list(rows["label"])
+        encoded = tokenizer(texts, truncation=True, max_length=128)
+        return [{**{k: v[i] for k, v in encoded.items()}, "labels": labels[i]} for i in range(count)]
 
     return Task(packaged.minilm_path(), AutoModelForSequenceClassification, hf_norms.BertNormForSequenceClassification,
                 5, tokenizer, DataCollatorWithPadding(tokenizer), encode(splits["train"], sizes[0]),
-                encode(splits["test"], sizes[1]), splits["train"]["text"][: CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT])  # fmt: skip
+                encode(splits["test"], sizes[1]), list(splits["train"]["text"][: CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT]),
+                f"a new `AutoModelForSequenceClassification` head (the [CLS] pooler, the checkpoint's own config and "
+                f"dropout), the plain transformers `Trainer` (AdamW, batch 16, linear decay) on {sizes[0]} BBC News "
+                f"training articles (128 tokens), accuracy on {sizes[1]} held-out articles; the source "
+                "all-MiniLM-L6-v2 the same way, with the same head initialisation and data order per seed")  # fmt: skip
 
 
 def image_task(smoke: bool) -> Task:
@@ -120,7 +129,11 @@ def image_task(smoke: bool) -> Task:
 
     (train, raw), (test, _) = encode("train"), encode("test")
     return Task(source, AutoModelForImageClassification, hf_norms.Dinov2NormForImageClassification, 10, processor,
-                default_data_collator, train, test, raw[: CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT])  # fmt: skip
+                default_data_collator, train, test, raw[: CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT],
+                f"a new linear head (`AutoModelForImageClassification`: [CLS] and mean patch token), the plain "
+                f"transformers `Trainer` (AdamW, batch 16, linear decay) on the first {count} Fashion-MNIST training "
+                f"images at {IMAGE_SIZE} px, accuracy on the first {count} test images; the source DINOv2-S the same "
+                "way, with the same head initialisation and data order per seed")  # fmt: skip
 
 
 TASKS = {"minilm": text_task, "dinov2-small": image_task}
@@ -193,6 +206,32 @@ def summary_tables(results: list[dict]) -> str:
     return "\n\n".join(tables)
 
 
+def record_into_folders(results: list[dict], description: str, command: str) -> list[str]:
+    """Write, into the conversion report of every checkpoint folder that was fine-tuned, its accuracy beside
+    LayerNorm's per protocol (the seeds both ran; `report.record_fine_tuning`); returns the folders written."""
+    written = []
+    for folder in dict.fromkeys(r["norm_type"] for r in results if Path(r["norm_type"]).is_dir()):
+        if not (Path(folder) / REPORT_JSON).is_file():
+            continue
+        protocols = []
+        for name in dict.fromkeys(r["protocol"] for r in results):
+            ours = {r["seed"]: r["accuracy"] for r in results if (r["norm_type"], r["protocol"]) == (folder, name)}
+            source = {
+                r["seed"]: r["accuracy"] for r in results if (r["norm_type"], r["protocol"]) == ("layernorm", name)
+            }
+            seeds = sorted(set(ours) & set(source))
+            if seeds:
+                protocols.append({"name": name, "epochs": PROTOCOLS[name]["num_train_epochs"],
+                                  "learning_rate": PROTOCOLS[name]["learning_rate"], "seeds": seeds,
+                                  "accuracy": [ours[s] for s in seeds], "source_accuracy": [source[s] for s in seeds]})  # fmt: skip
+        if protocols:
+            weights = hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()
+            record_fine_tuning(folder, {"description": description, "command": command, "weights_sha256": weights,
+                                        "protocols": protocols})  # fmt: skip
+            written.append(folder)
+    return written
+
+
 def parse_overrides(items: list[str]) -> dict:
     """`KEY=VALUE` config fields (numbers parsed) to set when loading every model."""
     overrides = {}
@@ -218,11 +257,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", help="also write the results as JSON to this file (after every fine-tune)")
     parser.add_argument("--summarize", nargs="+", help="print the tables of these saved result files, run nothing")
+    parser.add_argument("--record", action="store_true",
+                        help="write each checkpoint folder's accuracy beside LayerNorm's into its conversion report")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="16 training and 16 test examples, a quarter of an epoch")
     args = parser.parse_args(argv)
+    command = "python -m benchmarks.finetune_from_stock " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.summarize:
         results = [run for path in args.summarize for run in json.loads(Path(path).read_text())]
         print(summary_tables(results))
+        if args.record:
+            print("recorded into", record_into_folders(results, results[0]["description"], command))
         return results
 
     torch.set_num_threads(args.threads)
@@ -239,11 +283,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 accuracy, seconds = fine_tune(model, task, PROTOCOLS[protocol], seed, args.smoke)
                 results.append({"task": args.task, "norm_type": norm_type, "start": start, "protocol": protocol,
                                 "seed": seed, "overrides": overrides, "accuracy": accuracy,
-                                "train_seconds": seconds})  # fmt: skip
+                                "train_seconds": seconds, "description": task.description})  # fmt: skip
                 print(json.dumps(results[-1]), flush=True)
                 if args.output:
                     Path(args.output).write_text(json.dumps(results, indent=1))
     print(summary_tables(results))
+    if args.record:
+        print("recorded into", record_into_folders(results, task.description, command))
     return results
 
 

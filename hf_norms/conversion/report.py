@@ -8,6 +8,7 @@ as tables; the PNG plots each stage's per-norm relative error against the norm's
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,57 @@ def report_markdown(report: dict[str, Any]) -> str:
     for name in names:
         lines.append(f"| `{name}` | " + " | ".join(_number(stages[s]["per_norm"].get(name)) for s in stages) + " |")
     lines += downstream_markdown(report)
+    lines += fine_tuning_markdown(report.get("fine_tuning"))
     return "\n".join(lines + layer_sweep_markdown(report.get("layer_sweep"))) + "\n"
+
+
+def fine_tuning_rows(record: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Per fine-tuning protocol of a `fine_tuning` record (`record_fine_tuning`): the settings, the seeds, this
+    checkpoint's and the source's accuracy (mean ± standard deviation over seeds) and the gap in points."""
+    rows = []
+    for protocol in (record or {}).get("protocols", []):
+        ours, source = protocol["accuracy"], protocol["source_accuracy"]
+        rows.append({
+            "protocol": protocol["name"],
+            "settings": f"{protocol['epochs']:g} epochs, learning rate {protocol['learning_rate']:g}",
+            "seeds": ", ".join(map(str, protocol["seeds"])),
+            "accuracy": _mean_and_spread(ours),
+            "source_accuracy": _mean_and_spread(source),
+            "points_below": f"{100 * (statistics.mean(source) - statistics.mean(ours)):+.1f}",
+        })  # fmt: skip
+    return rows
+
+
+def _mean_and_spread(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {spread:.3f}"
+
+
+def fine_tuning_markdown(record: dict[str, Any] | None) -> list[str]:
+    """The `fine_tuning` record as Markdown lines: how it was fine-tuned, and this checkpoint beside its source."""
+    if not record:
+        return []
+    lines = [
+        "",
+        "## Fine-tuned beside the source",
+        "",
+        f"{record['description']} (`{record['command']}`).",
+        "",
+        "| protocol | settings | seeds | accuracy, this checkpoint | accuracy, source | points below the source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in fine_tuning_rows(record):
+        lines.append(" | ".join(["", *row.values(), ""]).strip())
+    return lines
+
+
+def record_fine_tuning(folder: str | Path, record: dict[str, Any]) -> None:
+    """Add a `fine_tuning` record to the report in `folder` (and re-render its Markdown and plot): `description`
+    (the task, the head, the Trainer), `command`, `weights_sha256` (of the weights fine-tuned) and `protocols`, a list
+    of `{name, epochs, learning_rate, seeds, accuracy, source_accuracy}` with one accuracy per seed."""
+    report = read_report(folder)
+    report["fine_tuning"] = record
+    write_report(folder, report)
 
 
 def layer_sweep_markdown(sweep: dict[str, Any] | None) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..conversion.downstream import dataset_name
+from ..conversion.report import fine_tuning_rows
 from ..models.norm_options import NormOptions
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
 from .card_facts import (
@@ -364,6 +365,7 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         evaluation_data=readable_data(facts.report["evaluation"]["data"]) if facts.report else None,
         fidelity_rows=fidelity_rows(facts.report),
         fidelity_measurement=fidelity_measurement(facts.report),
+        fine_tuning_rows=fine_tuning_rows((facts.report or {}).get("fine_tuning")),
         downstream_rows=downstream_rows(facts.report),
         training_metrics=training_metrics,
         limitations=limitations(facts),
