@@ -333,3 +333,31 @@ def tiny_bert_dir(tmp_path_factory, minilm_dir) -> Path:
     BertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory) -> Path:
+    """A tiny hf-norms ViT checkpoint that passes every check of a push (weights, remote code, image processor)."""
+    from transformers import ViTImageProcessorPil
+
+    folder = tmp_path_factory.mktemp("checkpoint") / "vit"
+    hf_norms.ViTNormModel(tiny_config("vit", "layernorm")).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hub(hub_online, tmp_path_factory, request):
+    """A loopback Hub whose one accepted token is the test module's `TOKEN`."""
+    from hf_norms.hub.server import HubServer
+
+    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[request.module.TOKEN]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api(hub, request):
+    """A `huggingface_hub.HfApi` client of `hub` with the module's `TOKEN`."""
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=hub.url, token=request.module.TOKEN)

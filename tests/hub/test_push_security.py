@@ -7,43 +7,18 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.utils import filter_repo_objects
-from transformers import ViTImageProcessorPil
 
-import hf_norms
 from hf_norms import cli
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
-from hf_norms.hub.server import HubServer
 
 TOKEN = "hf_push-security-secret-0815"
 
 pytestmark = pytest.mark.usefixtures("hub_online")
-
-
-@pytest.fixture(scope="module")
-def hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
-    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def api(hub: HubServer) -> HfApi:
-    return HfApi(endpoint=hub.url, token=TOKEN)
-
-
-@pytest.fixture(scope="module")
-def saved_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny ViT checkpoint that passes every check of the push (weights, remote code, image processor)."""
-    folder = tmp_path_factory.mktemp("checkpoint") / "vit"
-    hf_norms.ViTNormModel(tiny_config("vit", "layernorm")).save_pretrained(folder)
-    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture
