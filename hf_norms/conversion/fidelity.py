@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checkpoint_io import ConversionError
-from .data import TOKEN_TYPES, real_token_mask, run_model, token_type_masks
+from .data import TOKEN_TYPES, model_device, on_device, real_token_mask, run_model, token_type_masks
 
 # Examples per forward pass while comparing: the teacher's norm outputs are held until the student's are computed, and
 # at 224 px each example's 25 norm outputs and activations take tens of MB.
@@ -105,8 +105,8 @@ def split_batch(batch: dict, size: int) -> list[dict]:
 def measure_fidelity(
     student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str]
 ) -> dict[str, Any]:
-    """End-to-end and per-norm fidelity of `student` to `teacher` on `batches` (see module docstring), compared
-    `EXAMPLES_PER_FORWARD` examples at a time."""
+    """End-to-end and per-norm fidelity of `student` to `teacher` (on the same device) on `batches` (see module
+    docstring), compared `EXAMPLES_PER_FORWARD` examples at a time."""
     student_training, teacher_training = student.training, teacher.training
     student.eval(), teacher.eval()
     max_abs, cosines, agree, kl, rows = 0.0, [], 0.0, 0.0, 0
@@ -116,7 +116,8 @@ def measure_fidelity(
     squared_norm = dict.fromkeys(norm_names, 0.0)
     has_logits = True
     try:
-        for batch in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
+        for part in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
+            batch = on_device(part, model_device(student))  # the teacher is on the same device
             mask = real_token_mask(batch)
             select = _real_tokens(mask)
             theirs = forward_with_norms(teacher, batch, norm_names)

@@ -29,6 +29,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,20 +65,23 @@ from .checkpoint_io import (
 )
 from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
 from .data import (
-    SPECIAL_TOKENS_MASK,
     Examples,
     encode_batches,
     fitting_max_length,
     load_examples,
+    model_device,
     model_inputs,
     probe_examples,
     real_token_mask,
     token_type_masks,
 )
+from .devices import resolve_device, training_teacher, use_bf16
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
+from .processes import Processes
 from .report import REPORT_JSON, read_report, write_report
 from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
+from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
 COSINE_WEIGHT = 10.0
 HIDDEN_STATE_WEIGHT = 1.0
@@ -149,11 +153,16 @@ def distillation_loss(
 
 class TimeBudget:
     """Minutes of wall-clock time and of this process's CPU time (all threads; a busy machine does not inflate it),
-    either or both; `used()` is the largest fraction of either spent since `start()`, 0 without a budget."""
+    either or both; `used()` is the largest fraction of either spent since `start()`, 0 without a budget.
+
+    Under several processes (`agree`: `Processes.largest`), every process must decide alike: `check()`, called by
+    every process once per step, agrees on the largest fraction any process has spent, and `used()` is that fraction
+    until the next `check()`."""
 
     def __init__(self, minutes: float | None = None, cpu_minutes: float | None = None):
         self.seconds = {"wall": None if minutes is None else 60.0 * minutes,
                         "cpu": None if cpu_minutes is None else 60.0 * cpu_minutes}  # fmt: skip
+        self.agree: Callable[[float], float] | None = None
         self.start()
 
     @staticmethod
@@ -161,13 +170,23 @@ class TimeBudget:
         return {"wall": time.monotonic(), "cpu": time.process_time()}
 
     def start(self) -> None:
-        self.started = self.clocks()
+        self.started, self.agreed = self.clocks(), 0.0
 
-    def used(self) -> float:
+    def own(self) -> float:
+        """The largest fraction of a budget this process has spent."""
         now = self.clocks()
         spent = [(now[k] - self.started[k]) / limit if limit else math.inf
                  for k, limit in self.seconds.items() if limit is not None]  # fmt: skip
         return max(spent, default=0.0)
+
+    def used(self) -> float:
+        return self.own() if self.agree is None else self.agreed
+
+    def check(self) -> float:
+        """`used()` after agreeing with the other processes (where there are any and a budget to agree on)."""
+        if self.agree is not None and any(limit is not None for limit in self.seconds.values()):
+            self.agreed = self.agree(self.own())
+        return self.used()
 
 
 class DistillationTrainer(Trainer):
@@ -256,26 +275,18 @@ class TimeLimit(TrainerCallback):
         self.budget = budget
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.budget.used() >= 1.0:
+        if self.budget.check() >= 1.0:
             control.should_training_stop = True
             control.should_save = True
         return control
 
 
 def training_examples(processor, examples: Examples, max_length: int) -> list[dict]:
-    """One training example per `max_length`-token window of every text (long texts give several; with its
-    `SPECIAL_TOKENS_MASK`), or per image."""
+    """One training example per `max_length`-token window of every text (`streaming.text_windows`: long texts give
+    several; with its `SPECIAL_TOKENS_MASK`), or per image."""
     if examples.modality == "text":
-        encoded = processor(
-            examples.items,
-            truncation=True,
-            max_length=max_length,
-            return_overflowing_tokens=True,
-            return_special_tokens_mask=True,
-            stride=0,
-        )
-        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", SPECIAL_TOKENS_MASK) if k in encoded]
-        return [{k: encoded[k][i] for k in keys} for i in range(len(encoded["input_ids"]))]
+        encoded = text_windows(processor, examples.items, max_length)
+        return [{k: values[i] for k, values in encoded.items()} for i in range(len(encoded["input_ids"]))]
     return [
         {"pixel_values": batch["pixel_values"][0]}
         for batch in encode_batches(processor, examples, batch_size=1, max_length=max_length)
@@ -302,7 +313,8 @@ def heal(
     token_weight: float = TOKEN_WEIGHT,
     head_weight: float = HEAD_WEIGHT,
     student_dropout: bool = True,
-    bf16: bool = False,
+    bf16: bool | None = None,
+    device: str | None = "auto",
     evaluation_data: Any = None,
     work_dir: str | Path | None = None,
     resume: bool = False,
@@ -313,19 +325,30 @@ def heal(
     seed: int = 0,
     ood_evaluation_data: Any = None,
     probe_data: Any = None,
+    data_config: str | None = None,
+    data_split: str | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
 ) -> dict[str, Any]:
-    """Distil the converted checkpoint `folder` from its original on `data` (unlabeled; anything `load_examples`
-    takes); write the healed checkpoint to `output` (default: `folder`, replaced when complete) and return the report.
+    """Distil the converted checkpoint `folder` from its original on `data` (unlabeled); write the healed checkpoint
+    to `output` (default: `folder`, replaced when complete) and return the report.
 
+    `data` is a path or a Hub dataset id, read as a stream (`streaming.open_stream`: `.txt`, `.jsonl`, `.parquet`
+    files or a folder of them, a folder of images, a saved `datasets` folder, a Hub id with `data_config` and
+    `data_split`; the column `text_column` / `image_column`), or texts, images or a `datasets.Dataset` in memory.
+    With `samples`, the first `samples` examples are read into memory and trained on.
     Training runs `max_steps` AdamW steps, or stops after `max_minutes` (wall clock) or `max_cpu_minutes` (this
     process's CPU time, all threads), whichever comes first; the learning rate warms up over `warmup_steps` (at most a
     third of the steps) and decays linearly to zero at whichever end comes first. The loss and its weights are the
-    module docstring's; `student_dropout=False` trains the student without dropout.
+    module docstring's; `student_dropout=False` trains the student without dropout. It runs on `device`
+    (`devices.resolve_device`: a CUDA GPU when there is one, else the CPU), under bfloat16 autocast when `bf16`
+    (default: on a GPU that supports it; `devices.use_bf16`), with `batch_size` examples per process and step: under
+    `torchrun` or `accelerate launch`, every process trains on its share of the data (`processes`).
     With `resume`, it continues from the last checkpoint in `work_dir` (default: `.<folder name>.healing` beside the
     folder), which is removed after success. `work_dir` is created by heal (a folder heal did not make is refused);
     the output, the work folder, the teacher and the data may not overlap, which is checked before training. Evaluation
-    uses the report's evaluation examples when their source is a path, else `evaluation_data`; examples of the
-    evaluation range are left out of training when both come from the same source. The report's out-of-domain and
+    uses the report's evaluation examples when their source is a path, else `evaluation_data`; they are left out of
+    training when both come from the same source. The report's out-of-domain and
     probe checks (`downstream`) are made again on the healed model, on their recorded data or on
     `ood_evaluation_data` / `probe_data`; given without such a record, they are made on the healed model only.
     """
@@ -337,6 +360,8 @@ def heal(
     check_numbers(learning_rate=learning_rate, cosine_weight=cosine_weight, hidden_state_weight=hidden_state_weight,
                   token_weight=token_weight, head_weight=head_weight, warmup_steps=warmup_steps,
                   **{k: v for k, v in (("max_minutes", max_minutes), ("max_cpu_minutes", max_cpu_minutes)) if v is not None})  # fmt: skip
+    target = resolve_device(device)
+    processes = Processes.join(target)
     folder = resolved(Path(folder), "Folder")
     if not (folder / REPORT_JSON).is_file():
         raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
@@ -354,43 +379,70 @@ def heal(
     processor = load_processor(folder, source_model.modality)
     if processor is None:
         raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
-    evaluation, examples = healing_examples(report, source_model.modality, data, evaluation_data, samples)
+    column = text_column if source_model.modality == "text" else image_column
+    data_source = DataSource(data, data_config, data_split, column) if is_streamed(data) else data
+    evaluation, examples = healing_examples(report, source_model.modality, data_source, evaluation_data, samples,
+                                            processes.count, token)  # fmt: skip
     student = load_student(folder, report["architecture"])
     max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
                                                       for length in (max_length, report["evaluation"]["max_length"]))  # fmt: skip
     checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
     teacher_model = load_teacher(source, source_model)
-    train_examples = training_examples(processor, examples, max_length)
+    train_examples = training_dataset(examples, processor, max_length, seed)
     resumed_from = resume_checkpoint(places.work, student) if resume else None
-    work = places.claim_work(resume)
+    work = processes.on_main(lambda: places.claim_work(resume))
     started, cpu_started = time.perf_counter(), time.process_time()
     weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
                "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
-    steps = train(
-        student, teacher_model, processor, train_examples, work, modality=source_model.modality,
-        max_steps=max_steps, budget=TimeBudget(max_minutes, max_cpu_minutes), batch_size=batch_size,
-        learning_rate=learning_rate, warmup_steps=warmup_steps, save_steps=save_steps, loss_weights=weights,
-        bf16=bf16, resume=resume, progress=progress, seed=seed, student_dropout=student_dropout,
+    bf16 = use_bf16(bf16, target)
+    steps, teacher_record = train(
+        student, teacher_model, processor, train_examples, places.work, work, modality=source_model.modality,
+        device=target, processes=processes, max_steps=max_steps, budget=TimeBudget(max_minutes, max_cpu_minutes),
+        batch_size=batch_size, learning_rate=learning_rate, warmup_steps=warmup_steps, save_steps=save_steps,
+        loss_weights=weights, bf16=bf16, resume=resume, progress=progress, seed=seed, student_dropout=student_dropout,
+        probe_batch=encode_batches(processor, evaluation, batch_size, max_length)[0],
     )  # fmt: skip
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
-    measure_healed(report, student, teacher_model, processor, evaluation, checks, batch_size)
-    report["healing"] = {
-        "data": examples.description, "samples": len(examples), "steps": steps, "seconds": round(seconds, 1),
-        "cpu_seconds": round(cpu_seconds, 1), "threads": torch.get_num_threads(),
-        "loss": loss_description(**weights, student_dropout=student_dropout), "learning_rate": learning_rate,
-        "batch_size": batch_size, "max_length": max_length, "bf16": bf16, "training_examples": len(train_examples),
-        "resumed_from_step": resumed_from,
-    }  # fmt: skip
-    _save_healed(student, processor, folder, places, report)
-    if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
-        remove_written_files(work.path)
-    return report
+    if processes.is_main:
+        measure_healed(report, student, teacher_model, processor, evaluation, checks, batch_size)
+        report["healing"] = {
+            "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
+            "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+            "threads": torch.get_num_threads(), "loss": loss_description(**weights, student_dropout=student_dropout),
+            "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length, "bf16": bf16,
+            "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
+            "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,
+            **run_record(target, processes, teacher_record, batch_size, steps - (resumed_from or 0), seconds),
+        }  # fmt: skip
+        _save_healed(student, processor, folder, places, report)
+        if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
+            remove_written_files(work.path)
+    return processes.from_main(report if processes.is_main else None)
+
+
+def run_record(device, processes: Processes, teacher: dict, batch_size: int, steps: int, seconds: float) -> dict:
+    """Where and how fast a healing run trained, for its report: the device, the processes, the examples of one step
+    (`batch_size` per process), the examples per second of the steps this run made, and the teacher's dtype."""
+    examples = steps * batch_size * processes.count
+    return {"device": device.type, "processes": processes.count, "global_batch_size": batch_size * processes.count,
+            "examples_per_second": round(examples / max(seconds, 1e-9), 3), "teacher_dtype": teacher["dtype"],
+            "teacher_bf16_cosine": teacher["bf16_cosine"]}  # fmt: skip
+
+
+def training_dataset(examples: Examples | Stream, processor, max_length: int, seed: int):
+    """What the Trainer reads: the encoded examples in memory (`training_examples`), or the stream encoded on the
+    fly (`Stream.training_dataset`)."""
+    if isinstance(examples, Examples):
+        return training_examples(processor, examples, max_length)
+    return examples.training_dataset(processor, max_length, seed)
 
 
 def measure_healed(
     report: dict, student: nn.Module, teacher: nn.Module, processor, evaluation: Examples, checks, batch_size: int
 ) -> None:
-    """Add the `healed` stage to `report`: fidelity on the report's evaluation examples and its downstream checks."""
+    """Add the `healed` stage to `report`: fidelity on the report's evaluation examples and its downstream checks,
+    measured on the student's device."""
+    teacher.to(model_device(student))
     batches = encode_batches(processor, evaluation, batch_size, report["evaluation"]["max_length"])
     norm_names = list(next(iter(report["stages"].values()))["per_norm"])
     measured = measure_fidelity(student, teacher, batches, norm_names)
@@ -478,21 +530,26 @@ class HealingPlaces:
 
 
 def healing_examples(
-    report: dict, modality: str, data: Any, evaluation_data: Any, samples: int | None
-) -> tuple[Examples, Examples]:
-    """(evaluation examples, training examples): the training data without the report's evaluation range when both
-    come from the same source, at most `samples` of it."""
+    report: dict,
+    modality: str,
+    data: Any,
+    evaluation_data: Any,
+    samples: int | None,
+    processes: int = 1,
+    token: str | bool | None = None,
+) -> tuple[Examples, Examples | Stream]:
+    """(evaluation examples, training examples): a `DataSource` as a `Stream` (its first `samples` examples in
+    memory when `samples` is given) that leaves out the evaluation examples when both come from the same source, or
+    other data in memory, at most `samples` of it."""
     evaluation, evaluation_source = _evaluation_examples(report, modality, evaluation_data)
-    examples = load_examples(data, modality)
-    if evaluation_source is not None and _same_path(data, evaluation_source):
-        start, count = report["evaluation"]["start"], report["evaluation"]["samples"]
-        examples = Examples(examples.items[:start] + examples.items[start + count :], examples.description, modality)
-    examples = examples.take(0, samples)
-    if len(examples) == 0:
-        raise ConversionError(
-            f"No healing examples left in {examples.description} after holding out the evaluation set."
-        )
-    return evaluation, examples
+    if not isinstance(data, DataSource):
+        return evaluation, load_examples(data, modality).take(0, samples)
+    held_out = None
+    if evaluation_source is not None and _same_path(data.data, evaluation_source):
+        texts = frozenset(evaluation.items) if modality == "text" else frozenset()
+        held_out = HeldOut(report["evaluation"]["start"], report["evaluation"]["samples"], texts)
+    stream = open_stream(data, modality, held_out, processes, token)
+    return evaluation, stream if samples is None else stream.first(samples)
 
 
 def _same_path(data: Any, path: str) -> bool:
@@ -528,10 +585,13 @@ def train(
     student: nn.Module,
     teacher: nn.Module,
     processor,
-    examples: list[dict],
-    work: ClaimedFolder,
+    examples,
+    work_path: Path,
+    work: ClaimedFolder | None,
     *,
     modality: str,
+    device: torch.device,
+    processes: Processes,
     max_steps: int,
     budget: TimeBudget,
     batch_size: int,
@@ -543,16 +603,21 @@ def train(
     resume: bool,
     progress: bool,
     seed: int,
+    probe_batch: dict,
     student_dropout: bool = True,
-) -> int:
-    """Run the `DistillationTrainer` (CPU) on `examples`, the student in training mode (with its config's dropout, or
-    none when `student_dropout` is False); returns the number of optimizer steps done in total."""
+) -> tuple[int, dict[str, Any]]:
+    """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints
+    in `work_path` (`work`: the claimed work folder, in the main process only), the student in training mode (with its
+    config's dropout, or none when `student_dropout` is False). The Trainer places the student on `device` (under a
+    launcher, this process's GPU) and shards the data over the `processes`; the teacher follows the student
+    (`devices.training_teacher`, checked on `probe_batch`). Returns the number of optimizer steps done in total and
+    the teacher's record."""
     collator = (
         transformers.DataCollatorWithPadding(processor) if modality == "text" else transformers.default_data_collator
     )
     args = TrainingArguments(
-        output_dir=str(work.path),
-        use_cpu=True,
+        output_dir=str(work_path),
+        use_cpu=device.type == "cpu",
         max_steps=max_steps,
         per_device_train_batch_size=batch_size,
         learning_rate=learning_rate,
@@ -568,11 +633,14 @@ def train(
         disable_tqdm=not progress,
         remove_unused_columns=False,
         dataloader_num_workers=0,
+        accelerator_config={"dispatch_batches": False},  # each process reads its own shards of a stream
         seed=seed,
         data_seed=seed,
     )
     if not student_dropout:
         _disable_dropout(student)
+    teacher, teacher_record = training_teacher(teacher, args.device, bf16, probe_batch)
+    budget.agree = processes.largest if processes.count > 1 else None
     trainer = DistillationTrainer(
         model=student,
         args=args,
@@ -581,12 +649,23 @@ def train(
         **loss_weights,
         train_dataset=examples,
         data_collator=collator,
-        callbacks=[TimeLimit(budget), record_on_save(work)],
+        callbacks=[TimeLimit(budget), EveryProcessSaved(processes), *([record_on_save(work)] if work else [])],
     )
-    resumable = resume and get_last_checkpoint(str(work.path)) is not None
+    resumable = resume and get_last_checkpoint(str(work_path)) is not None
     trainer.train(resume_from_checkpoint=True if resumable else None)
     student.eval()
-    return trainer.state.global_step
+    return trainer.state.global_step, teacher_record
+
+
+class EveryProcessSaved(TrainerCallback):
+    """At each checkpoint, wait until every process has written its part of it (its RNG state), so that the main
+    process records the files of a whole checkpoint as heal's (`record_on_save`)."""
+
+    def __init__(self, processes: Processes):
+        self.processes = processes
+
+    def on_save(self, args, state, control, **kwargs):
+        self.processes.wait()
 
 
 def _disable_dropout(model: nn.Module) -> None:

@@ -70,9 +70,10 @@ def report_markdown(report: dict[str, Any]) -> str:
             f"{calibration['seconds']:.1f} s; {calibration['method']}"
         )
     if healing:
+        examples = (f"a stream of `{healing['data']}`" if healing.get("samples") is None
+                    else f"{healing['samples']} examples from `{healing['data']}`")  # fmt: skip
         lines.append(
-            f"- Healing: {healing['steps']} steps on {healing['samples']} examples from `{healing['data']}`, "
-            f"{healing['seconds']:.0f} s; loss: {healing['loss']}"
+            f"- Healing: {healing['steps']} steps on {examples}, {healing['seconds']:.0f} s; loss: {healing['loss']}"
         )
     folding = report.get("folding")
     if folding:

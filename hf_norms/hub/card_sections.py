@@ -72,8 +72,10 @@ def provenance(facts: CardFacts) -> list[str]:
             )
         if report.get("healing"):
             h = report["healing"]
+            data = data_name(h["data"])
+            examples = f"a stream of {data}" if h.get("samples") is None else f"{h['samples']} samples of {data}"
             steps.append(
-                f"Healed by distillation from the source ({h['loss']}) on {h['samples']} samples of {data_name(h['data'])}: "
+                f"Healed by distillation from the source ({h['loss']}) on {examples}: "
                 f"{plural(h['steps'], 'step')}, {h['seconds']:.0f} s."
             )
     if facts.training is not None:
