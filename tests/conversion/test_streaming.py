@@ -137,6 +137,27 @@ def test_a_stream_trains_on_the_windows_of_the_in_memory_path(corpus, minilm_dir
     assert list(stream.training_dataset(tokenizer, 32, seed=0)) == streamed  # the same order for every process
 
 
+def test_accelerate_gives_each_process_its_own_pieces(corpus, minilm_dir):
+    """What the Trainer's data loader becomes in each of 2 processes (`accelerate.data_loader.prepare_data_loader`,
+    `dispatch_batches=False` as heal sets it): the stream's own shards, half the pieces each, so no process reads the
+    other's part of the file; together they are every training window once."""
+    from accelerate.data_loader import prepare_data_loader
+    from torch.utils.data import DataLoader
+
+    path, _ = corpus
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    dataset = open_stream(DataSource(path), "text").training_dataset(tokenizer, 32, seed=0)
+    windows = []
+    for rank in (0, 1):
+        loader = DataLoader(dataset, batch_size=4, collate_fn=lambda batch: batch)
+        prepared = prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False,
+                                       dispatch_batches=False)  # fmt: skip
+        assert isinstance(prepared.dataset, datasets.IterableDataset)
+        assert prepared.dataset.n_shards == streaming.MIN_PIECES // 2
+        windows.append([json.dumps(window) for batch in prepared for window in batch])
+    assert sorted(windows[0] + windows[1]) == sorted(map(json.dumps, dataset)) and not set(windows[0]) & set(windows[1])
+
+
 HUB_SCRIPT = """
 import json, sys
 from hf_norms.conversion.streaming import DataSource, open_stream
