@@ -1,84 +1,247 @@
-"""Does the obvious call learn? The real all-MiniLM-L6-v2, loaded into each norm_type, fine-tuned with the plain
-transformers `Trainer` on 400 BBC News articles for 2 epochs, evaluated on the 445 held-out articles (chance is about
-20 %).
+"""Does the obvious call learn? A real LayerNorm model, loaded into each norm_type (or a converted checkpoint folder,
+loaded as a user loads it), fine-tuned with the plain transformers `Trainer`, per protocol and seed, LayerNorm beside it
+in the same run.
 
-Each model is what a user gets from the obvious call: `BertNormForSequenceClassification.from_pretrained(minilm,
-norm_type=T, num_labels=5)` with default options (which keep a LayerNorm checkpoint's function for DTN, SepNorm and
-LaPE), and for DyT and Derf, which cannot keep it, `hf_norms.convert_model` of the LayerNorm model calibrated on 64 of the
-training articles (16 more held out to measure it). Training: `Trainer` with its default optimiser and learning rate
-(AdamW, 5e-5, linear decay), batch 16, 128 tokens, seed 0; no hf-norms Trainer subclass.
+- `--task minilm` (default): all-MiniLM-L6-v2 with a new sequence-classification head ([CLS] pooler, the config's
+  dropout) on 400 BBC News articles (128 tokens), evaluated on the 445 held-out articles (chance about 20 %).
+- `--task dinov2-small`: DINOv2-S (the real `Dinov2Model`) with a new linear head (`Dinov2ForImageClassification`:
+  [CLS] and the mean patch token) on the first 1000 Fashion-MNIST training images at 112 px (the source's processor,
+  resized; 8x8 patches), evaluated on the first 1000 test images (chance 10 %).
 
-    python -m benchmarks.finetune_from_stock                       # every norm_type (about 10 min on 2 quiet cores)
-    python -m benchmarks.finetune_from_stock --norm-types layernorm dyt
-    python -m benchmarks.finetune_from_stock --norm-types layernorm path/to/healed-minilm-derf   # a converted folder
+Each model is what a user gets from the obvious call: `AutoModelFor...Classification.from_pretrained(folder,
+num_labels=...)` for a checkpoint folder (a stock head, the checkpoint's own config: its dropout included);
+`...NormFor...Classification.from_pretrained(source, norm_type=T, num_labels=...)` with default options (which keep a
+LayerNorm checkpoint's function for DTN, SepNorm and LaPE); and for DyT and Derf named by norm_type, which cannot keep
+it, `hf_norms.convert_model` of the LayerNorm model calibrated on 64 training examples (16 more held out to measure
+it). Training: `Trainer` with its default optimiser (AdamW, linear decay), batch 16; no hf-norms Trainer subclass.
+Protocols (`PROTOCOLS`): `short`, issue 20's (2 epochs, lr 5e-5), and `converged` (2 epochs, lr 2e-4, where
+LayerNorm's accuracy stops rising). Per seed, the head's initialisation (`torch.manual_seed` before loading) and the
+data order (`TrainingArguments.seed`) are the same for every model.
+
+    python -m benchmarks.finetune_from_stock                       # MiniLM in every norm_type, short protocol, seed 0
+    python -m benchmarks.finetune_from_stock --norm-types layernorm FOLDER_DYT FOLDER_DERF \\
+        --protocols short converged --seeds 0 1 2 --output results.json        # the README table (3 seeds each)
+    python -m benchmarks.finetune_from_stock --task dinov2-small --norm-types layernorm FOLDER_DYT FOLDER_DERF
+    python -m benchmarks.finetune_from_stock --summarize results-a.json results-b.json   # one table from saved runs
     python -m benchmarks.finetune_from_stock --smoke               # a few examples, to check it runs
+
+Prints one JSON line per fine-tune as it ends and a Markdown table per protocol: mean accuracy, standard deviation
+and range over seeds, and the gap to LayerNorm's mean in points.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import transformers
-from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments
+from transformers import (
+    AutoImageProcessor,
+    AutoModelForImageClassification,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+)
 
 import hf_norms
 from benchmarks.timing import markdown_table
 from hf_norms import packaged
+from hf_norms.conversion.report import REPORT_JSON, record_fine_tuning
 from hf_norms.models.norms import function_preserving_options
 from hf_norms.training.data import packaged_dataset
 
-TRAIN_ARTICLES, CALIBRATION_ARTICLES, CALIBRATION_HELD_OUT = 400, 64, 16
-HEADER = ["norm_type", "start", "accuracy", "points below layernorm", "train s"]
+CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16
+PROTOCOLS = {
+    "short": {"num_train_epochs": 2, "learning_rate": 5e-5},
+    "converged": {"num_train_epochs": 2, "learning_rate": 2e-4},
+}
+IMAGE_SIZE = 112  # DINOv2 fine-tunes on Fashion-MNIST at 112 px (8x8 patches of 14): a quarter of 224 px's cost
+HEADER = ["start", "how it was made", "seeds", "mean accuracy", "std", "range", "points below layernorm", "train s"]
 
 
-def starting_model(norm_type: str, tokenizer, train_texts: list[str]) -> tuple[torch.nn.Module, str]:
+@dataclass
+class Task:
+    """A LayerNorm source, its head class, and its encoded train and test examples (each a dict of model inputs with
+    `labels`), with the raw training inputs a calibration reads."""
+
+    source: Path
+    auto_class: type
+    norm_class: type
+    num_labels: int
+    processor: Any
+    collator: Callable
+    train: list[dict]
+    test: list[dict]
+    raw_train: list
+    description: str  # how a checkpoint is fine-tuned and scored, for the reports (`--record`)
+
+
+def text_task(smoke: bool) -> Task:
+    """MiniLM on BBC News: the first 400 training articles (16 in smoke mode), every held-out article (16)."""
+    splits = packaged_dataset("bbc-news")
+    tokenizer = AutoTokenizer.from_pretrained(packaged.minilm_path())
+    sizes = (16, 16) if smoke else (400, len(splits["test"]))
+
+    def encode(part, count: int) -> list[dict]:
+        rows = part.select(range(count))
+        texts, labels = list(rows["text"]), list(rows["label"])
+        encoded = tokenizer(texts, truncation=True, max_length=128)
+        return [{**{k: v[i] for k, v in encoded.items()}, "labels": labels[i]} for i in range(count)]
+
+    return Task(packaged.minilm_path(), AutoModelForSequenceClassification, hf_norms.BertNormForSequenceClassification,
+                5, tokenizer, DataCollatorWithPadding(tokenizer), encode(splits["train"], sizes[0]),
+                encode(splits["test"], sizes[1]), list(splits["train"]["text"][: CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT]),
+                f"a new `AutoModelForSequenceClassification` head (the [CLS] pooler, the checkpoint's own config and "
+                f"dropout), the plain transformers `Trainer` (AdamW, batch 16, linear decay) on {sizes[0]} BBC News "
+                f"training articles (128 tokens), accuracy on {sizes[1]} held-out articles; the source "
+                "all-MiniLM-L6-v2 the same way, with the same head initialisation and data order per seed")  # fmt: skip
+
+
+def image_task(smoke: bool) -> Task:
+    """DINOv2-S on Fashion-MNIST at `IMAGE_SIZE` px: the first 1000 training and 1000 test images (16 each in smoke)."""
+    from PIL import Image
+
+    source = packaged.dinov2_small_path()
+    processor = AutoImageProcessor.from_pretrained(
+        source, size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+    )
+    count = 16 if smoke else 1000
+
+    def encode(split: str) -> tuple[list[dict], list]:
+        images, labels = packaged.fashion_mnist(split, limit=count)
+        rgb = [Image.fromarray(image).convert("RGB") for image in images]
+        pixels = processor(images=rgb, return_tensors="pt")["pixel_values"]
+        return [{"pixel_values": pixels[i], "labels": int(labels[i])} for i in range(count)], rgb
+
+    (train, raw), (test, _) = encode("train"), encode("test")
+    return Task(source, AutoModelForImageClassification, hf_norms.Dinov2NormForImageClassification, 10, processor,
+                default_data_collator, train, test, raw[: CALIBRATION_EXAMPLES + CALIBRATION_HELD_OUT],
+                f"a new linear head (`AutoModelForImageClassification`: [CLS] and mean patch token), the plain "
+                f"transformers `Trainer` (AdamW, batch 16, linear decay) on the first {count} Fashion-MNIST training "
+                f"images at {IMAGE_SIZE} px, accuracy on the first {count} test images; the source DINOv2-S the same "
+                "way, with the same head initialisation and data order per seed")  # fmt: skip
+
+
+TASKS = {"minilm": text_task, "dinov2-small": image_task}
+
+
+def starting_model(norm_type: str, task: Task, overrides: dict) -> tuple[torch.nn.Module, str]:
     """The model a user starts from, and how it was made (for the table). `norm_type` may also be a checkpoint folder
-    (e.g. a converted and healed one), loaded as it is."""
+    (e.g. a converted and healed one), loaded as it is; `overrides` are config fields set on loading (diagnostics)."""
+    labels = {"num_labels": task.num_labels, **overrides}
     if Path(norm_type).is_dir():
-        model = hf_norms.BertNormForSequenceClassification.from_pretrained(norm_type, num_labels=5)
-        return model, f"from_pretrained({Path(norm_type).name})"
-    minilm = str(packaged.minilm_path())
+        model = task.auto_class.from_pretrained(norm_type, **labels)
+        return model, f"{task.auto_class.__name__}({Path(norm_type).name})"
     if function_preserving_options(norm_type) is not None:
-        model = hf_norms.BertNormForSequenceClassification.from_pretrained(minilm, norm_type=norm_type, num_labels=5)
+        model = task.norm_class.from_pretrained(task.source, norm_type=norm_type, **labels)
         return model, "from_pretrained, default options"
-    layernorm = hf_norms.BertNormForSequenceClassification.from_pretrained(minilm, num_labels=5)
-    texts = train_texts[: CALIBRATION_ARTICLES + CALIBRATION_HELD_OUT]
-    samples = max(1, min(CALIBRATION_ARTICLES, len(texts) - CALIBRATION_HELD_OUT))
-    model = hf_norms.convert_model(layernorm, norm_type, texts, processor=tokenizer, calibration_samples=samples)
+    layernorm = task.norm_class.from_pretrained(task.source, **labels)
+    samples = max(1, min(CALIBRATION_EXAMPLES, len(task.raw_train) - CALIBRATION_HELD_OUT))
+    model = hf_norms.convert_model(layernorm, norm_type, task.raw_train, processor=task.processor,
+                                   calibration_samples=samples)  # fmt: skip
     cosine = model.conversion_report["stages"]["calibrated"]["end_to_end"]["mean_cosine"]
-    return model, f"convert_model, calibrated on {samples} articles (cosine {cosine:.3f})"
+    return model, f"convert_model, calibrated on {samples} examples (cosine {cosine:.3f})"
 
 
-def fine_tune(model: torch.nn.Module, tokenizer, train, test, epochs: float) -> tuple[float, float]:
-    """(accuracy on `test`, training seconds) after the plain `Trainer` on `train`."""
-    encode = lambda rows: tokenizer(rows["text"], truncation=True, max_length=128)  # noqa: E731
-    train, test = train.map(encode, batched=True), test.map(encode, batched=True)
+def fine_tune(model: torch.nn.Module, task: Task, protocol: dict, seed: int, smoke: bool) -> tuple[float, float]:
+    """(accuracy on the task's test examples, training seconds) after the plain `Trainer` under `protocol`."""
     with tempfile.TemporaryDirectory(prefix="hf-norms-stock-") as output:
         args = TrainingArguments(
             output_dir=output,
             use_cpu=True,
-            num_train_epochs=epochs,
+            num_train_epochs=0.25 if smoke else protocol["num_train_epochs"],
+            learning_rate=protocol["learning_rate"],
             per_device_train_batch_size=16,
             per_device_eval_batch_size=64,
             save_strategy="no",
             report_to="none",
             disable_tqdm=True,
-            seed=0,
-            data_seed=0,
+            seed=seed,
+            data_seed=seed,
         )
-        trainer = Trainer(model, args, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer))
+        trainer = Trainer(model, args, train_dataset=task.train, data_collator=task.collator)
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
-        predictions = trainer.predict(test.remove_columns("label"))
-    accuracy = float((np.argmax(predictions.predictions, axis=-1) == np.array(test["label"])).mean())
-    return accuracy, seconds
+        predictions = trainer.predict(task.test)
+    labels = np.array([example["labels"] for example in task.test])
+    return float((np.argmax(predictions.predictions, axis=-1) == labels).mean()), seconds
+
+
+def summary_tables(results: list[dict]) -> str:
+    """One Markdown table per task and protocol: per start, the mean, standard deviation and range of the accuracy
+    over seeds, and the gap to LayerNorm's mean."""
+    tables = []
+    for task, protocol in dict.fromkeys((r.get("task", "minilm"), r["protocol"]) for r in results):
+        runs = [r for r in results if (r.get("task", "minilm"), r["protocol"]) == (task, protocol)]
+        starts = sorted(dict.fromkeys(r["norm_type"] for r in runs), key=lambda name: name != "layernorm")
+        means = {s: statistics.mean(r["accuracy"] for r in runs if r["norm_type"] == s) for s in starts}
+        rows = []
+        for start in starts:
+            own = [r for r in runs if r["norm_type"] == start]
+            accuracies = [r["accuracy"] for r in own]
+            std = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+            gap = "-" if "layernorm" not in means else f"{100 * (means['layernorm'] - means[start]):+.1f}"
+            rows.append([
+                Path(start).name, own[0]["start"], " ".join(str(r["seed"]) for r in own), f"{means[start]:.3f}",
+                f"{std:.3f}", f"{min(accuracies):.3f}-{max(accuracies):.3f}", gap,
+                f"{statistics.mean(r['train_seconds'] for r in own):.0f}",
+            ])  # fmt: skip
+        settings = ", ".join(f"{k} {v:g}" for k, v in PROTOCOLS.get(protocol, {}).items())
+        tables.append(f"{task}, protocol `{protocol}` ({settings}):\n\n{markdown_table(HEADER, rows)}")
+    return "\n\n".join(tables)
+
+
+def record_into_folders(results: list[dict], description: str, command: str) -> list[str]:
+    """Write, into the conversion report of every checkpoint folder that was fine-tuned, its accuracy beside
+    LayerNorm's per protocol (the seeds both ran; `report.record_fine_tuning`); returns the folders written."""
+    written = []
+    for folder in dict.fromkeys(r["norm_type"] for r in results if Path(r["norm_type"]).is_dir()):
+        if not (Path(folder) / REPORT_JSON).is_file():
+            continue
+        protocols = []
+        for name in dict.fromkeys(r["protocol"] for r in results):
+            ours = {r["seed"]: r["accuracy"] for r in results if (r["norm_type"], r["protocol"]) == (folder, name)}
+            source = {
+                r["seed"]: r["accuracy"] for r in results if (r["norm_type"], r["protocol"]) == ("layernorm", name)
+            }
+            seeds = sorted(set(ours) & set(source))
+            if seeds:
+                protocols.append({"name": name, "epochs": PROTOCOLS[name]["num_train_epochs"],
+                                  "learning_rate": PROTOCOLS[name]["learning_rate"], "seeds": seeds,
+                                  "accuracy": [ours[s] for s in seeds], "source_accuracy": [source[s] for s in seeds]})  # fmt: skip
+        if protocols:
+            weights = hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()
+            record_fine_tuning(folder, {"description": description, "command": command, "weights_sha256": weights,
+                                        "protocols": protocols})  # fmt: skip
+            written.append(folder)
+    return written
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`KEY=VALUE` config fields (numbers parsed) to set when loading every model."""
+    overrides = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = float(value) if "." in value or "e" in value else int(value)
+        except ValueError:
+            overrides[key] = value
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -87,35 +250,46 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--norm-types", nargs="+", default=sorted(hf_norms.NORM_TYPES),
         help=f"any of {sorted(hf_norms.NORM_TYPES)}, or converted checkpoint folders to fine-tune as they are",
     )  # fmt: skip
+    parser.add_argument("--task", default="minilm", choices=sorted(TASKS))
+    parser.add_argument("--protocols", nargs="+", default=["short"], choices=sorted(PROTOCOLS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--override", nargs="*", default=[], help="config fields KEY=VALUE set on every model")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", help="also write the results as JSON to this file")
-    parser.add_argument("--smoke", action="store_true", help="16 training and 16 test articles, a fraction of an epoch")
+    parser.add_argument("--output", help="also write the results as JSON to this file (after every fine-tune)")
+    parser.add_argument("--summarize", nargs="+", help="print the tables of these saved result files, run nothing")
+    parser.add_argument("--record", action="store_true",
+                        help="write each checkpoint folder's accuracy beside LayerNorm's into its conversion report")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true", help="16 training and 16 test examples, a quarter of an epoch")
     args = parser.parse_args(argv)
+    command = "python -m benchmarks.finetune_from_stock " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.summarize:
+        results = [run for path in args.summarize for run in json.loads(Path(path).read_text())]
+        print(summary_tables(results))
+        if args.record:
+            print("recorded into", record_into_folders(results, results[0]["description"], command))
+        return results
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    splits = packaged_dataset("bbc-news")
-    train_size, test_size = (16, 16) if args.smoke else (TRAIN_ARTICLES, len(splits["test"]))
-    train, test = splits["train"].select(range(train_size)), splits["test"].select(range(test_size))
-    tokenizer = AutoTokenizer.from_pretrained(packaged.minilm_path())
+    task = TASKS[args.task](args.smoke)
+    overrides = parse_overrides(args.override)
     norm_types = sorted(args.norm_types, key=lambda name: name != "layernorm")  # the baseline first
     results = []
-    for norm_type in norm_types:
-        torch.manual_seed(0)
-        model, start = starting_model(norm_type, tokenizer, train["text"])
-        accuracy, seconds = fine_tune(model, tokenizer, train, test, 0.25 if args.smoke else 2)
-        results.append({"norm_type": norm_type, "start": start, "accuracy": accuracy, "train_seconds": seconds})
-        print(json.dumps(results[-1]), flush=True)
-    baseline = next((r["accuracy"] for r in results if r["norm_type"] == "layernorm"), None)
-    rows = [
-        [r["norm_type"], r["start"], f"{r['accuracy']:.3f}",
-         "-" if baseline is None else f"{100 * (baseline - r['accuracy']):+.1f}", f"{r['train_seconds']:.0f}"]
-        for r in results
-    ]  # fmt: skip
-    print(markdown_table(HEADER, rows))
-    if args.output:
-        with open(args.output, "w") as stream:
-            json.dump(results, stream, indent=1)
+    for protocol in args.protocols:
+        for seed in args.seeds:
+            for norm_type in norm_types:
+                torch.manual_seed(seed)
+                model, start = starting_model(norm_type, task, overrides)
+                accuracy, seconds = fine_tune(model, task, PROTOCOLS[protocol], seed, args.smoke)
+                results.append({"task": args.task, "norm_type": norm_type, "start": start, "protocol": protocol,
+                                "seed": seed, "overrides": overrides, "accuracy": accuracy,
+                                "train_seconds": seconds, "description": task.description})  # fmt: skip
+                print(json.dumps(results[-1]), flush=True)
+                if args.output:
+                    Path(args.output).write_text(json.dumps(results, indent=1))
+    print(summary_tables(results))
+    if args.record:
+        print("recorded into", record_into_folders(results, task.description, command))
     return results
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import shlex
 import sys
 import typing
@@ -32,6 +33,8 @@ from .version import VERSION
 NORM_TYPE_CHOICES = ("layernorm", "dyt", "derf", "dtn", "sepnorm", "lape")
 HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checked by a test)
 HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
+DEVICE_CHOICES = ("auto", "cpu", "cuda")  # = hf_norms.conversion.devices.DEVICE_CHOICES
+DEVICE_HELP = "auto (default): a CUDA GPU when torch sees one, else the CPU; choose GPUs with CUDA_VISIBLE_DEVICES"
 TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
 
 
@@ -67,6 +70,7 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--allow-pickle", action="store_true", help="allow loading pytorch_model.bin (pickle) weights")
     parser.add_argument("--revision", help="Hub revision of the source")
     parser.add_argument("--token", help=TOKEN_HELP)
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help=DEVICE_HELP)
     parser.set_defaults(run=run_convert)
 
 
@@ -93,6 +97,7 @@ def run_convert(args: argparse.Namespace) -> int:
         revision=args.revision,
         token=args.token,
         progress=True,
+        device=args.device,
     )
     for stage, metrics in report["stages"].items():
         e2e = metrics["end_to_end"]
@@ -146,19 +151,29 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Heal a checkpoint written by `hf-norms convert` by distillation from its LayerNorm original, through the "
             "transformers Trainer: every layer's hidden states, the pooled final state's cosine and the logits. The "
-            "healed weights replace FOLDER's (or go to --output) and the report gains a `healed` stage."
+            "healed weights replace FOLDER's (or go to --output) and the report gains a `healed` stage. --data is "
+            "read as a stream. On several GPUs or CPU processes: torchrun --nproc_per_node N -m "
+            "hf_norms.conversion.heal FOLDER --data ... (or accelerate launch -m hf_norms.conversion.heal ...)."
         ),
     )
     parser.add_argument("folder", help="a folder written by `hf-norms convert`")
-    parser.add_argument("--data", required=True, help="unlabeled data: .txt file, image folder or saved dataset")
+    parser.add_argument("--data", required=True, help="unlabeled data, read as a stream: .txt, .jsonl or .parquet "
+                        "files or a folder of them, an image folder, a saved dataset, or a Hub dataset id")  # fmt: skip
+    parser.add_argument("--data-config", help="the configuration of a Hub dataset")
+    parser.add_argument("--data-split", help="the split of a Hub dataset or a saved DatasetDict (default: train)")
+    parser.add_argument("--text-column", help="the column of texts (default: text, sentence, content, document, "
+                        "else the first text column)")  # fmt: skip
+    parser.add_argument(
+        "--image-column", help="the column of images (default: image, img, else the first image column)"
+    )
     parser.add_argument("--teacher", help="the original checkpoint (default: the report's source)")
     parser.add_argument("--output", help="write the healed checkpoint here instead of replacing FOLDER")
-    parser.add_argument("--samples", type=positive_int, help="use at most this many examples of --data")
+    parser.add_argument("--samples", type=positive_int, help="train on the first N examples of --data, in memory")
     parser.add_argument("--max-steps", type=positive_int, default=300)
     parser.add_argument(
         "--max-minutes", type=non_negative_float, help="stop (with a checkpoint to resume from) after this long"
     )
-    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="examples per step and process")
     parser.add_argument("--max-length", type=positive_int, default=128, help="text: tokens per training window")
     parser.add_argument("--learning-rate", type=positive_float, default=2e-4)
     parser.add_argument("--save-steps", type=positive_int, default=50)
@@ -166,8 +181,10 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
                         help="weight of the pooled final-state cosine term")  # fmt: skip
     parser.add_argument("--hidden-state-weight", type=non_negative_float, default=HEAL_HIDDEN_STATE_WEIGHT,
                         help="weight of the per-layer hidden-state terms (0: match the final states and logits only)")  # fmt: skip
-    parser.add_argument("--bf16", action="store_true",
-                        help="bfloat16 autocast for both models' forward and the backward (float32 weights and optimizer)")  # fmt: skip
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                        help="bfloat16 autocast for both models' forward and the backward (float32 weights and "
+                        "optimizer; default: on a CUDA GPU that supports it)")  # fmt: skip
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help=DEVICE_HELP)
     parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
     parser.add_argument("--ood-evaluation-data", "--ood-eval-data", help="out-of-domain evaluation data, when the report's cannot be "
                         "reloaded (or `packaged`)")  # fmt: skip
@@ -197,6 +214,11 @@ def run_heal(args: argparse.Namespace) -> int:
         cosine_weight=args.cosine_weight,
         hidden_state_weight=args.hidden_state_weight,
         bf16=args.bf16,
+        device=args.device,
+        data_config=args.data_config,
+        data_split=args.data_split,
+        text_column=args.text_column,
+        image_column=args.image_column,
         evaluation_data=args.eval_data,
         ood_evaluation_data=args.ood_evaluation_data,
         work_dir=args.work_dir,
@@ -205,6 +227,8 @@ def run_heal(args: argparse.Namespace) -> int:
         allow_pickle=args.allow_pickle,
         token=args.token,
     )
+    if os.environ.get("RANK", "0") != "0":  # one process of several (torchrun, accelerate launch): rank 0 prints
+        return 0
     for stage, metrics in report["stages"].items():
         cosine = metrics["end_to_end"]["mean_cosine"]
         print(f"{stage}: mean cosine {cosine:.4f}" + ("" if math.isfinite(cosine) else " (not finite)")

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..models.norms import LayerNorm
 from .checkpoint_io import ConversionError
-from .data import real_token_mask, run_model
+from .data import model_device, on_device, real_token_mask, run_model
 from .elementwise_fit import ELEMENTWISE_FUNCTIONS, ElementwiseFit, fit_elementwise
 
 
@@ -101,7 +101,7 @@ def calibrate_elementwise(
     progress: bool = False,
 ) -> CalibrationResult:
     """Fit every element-wise norm `norm_names` of `student` (a DyT or Derf conversion of `teacher`: each layer's class
-    a key of `ELEMENTWISE_FUNCTIONS`) sequentially, in forward order.
+    a key of `ELEMENTWISE_FUNCTIONS`, on the teacher's device) sequentially, in forward order, on that device.
 
     Before the fit those layers are swapped for copies of the teacher's LayerNorms; step k puts back layer k, fitted
     on the inputs the student computes with layers 0..k-1 already converted, against the teacher's LayerNorm outputs
@@ -110,6 +110,7 @@ def calibrate_elementwise(
     one scalar.
     """
     start = time.perf_counter()
+    batches = [on_device(batch, model_device(student)) for batch in batches]  # the teacher is on the same device
     names = list(norm_names)
     layers = {name: student.get_submodule(name) for name in names}
     if not all(type(layer) in ELEMENTWISE_FUNCTIONS for layer in layers.values()):
@@ -169,7 +170,7 @@ class _RowSelection:
 
     def __call__(self, activation: torch.Tensor) -> torch.Tensor:
         rows = _rows(activation, self.mask)
-        return rows if self.keep is None else rows[self.keep]
+        return rows if self.keep is None else rows[self.keep.to(rows.device)]
 
 
 def _row_selections(teacher: nn.Module, first_norm: str, batches: Sequence[dict], max_rows: int) -> list[_RowSelection]:

@@ -40,7 +40,16 @@ from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
-from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, run_model
+from .data import (
+    Examples,
+    encode_batches,
+    fitting_max_length,
+    load_examples,
+    model_device,
+    probe_examples,
+    run_model,
+)
+from .devices import resolve_device
 from .downstream import DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
@@ -188,7 +197,8 @@ def convert_model(
     (required for DyT and Derf) and `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image
     folder, a `datasets.Dataset`), encoded with `processor` (the model's tokenizer or image processor). Without
     evaluation data the calibration examples after the first `calibration_samples` are held out for evaluation, or
-    built-in probe inputs are used. `model` is left as it was. The returned model (the matching hf-norms class) carries
+    built-in probe inputs are used. `model` is left as it was. The conversion runs on the model's device (a model on a
+    GPU is calibrated and measured there). The returned model (the matching hf-norms class, on that device) carries
     the fidelity report as `conversion_report`, the dict `hf-norms convert` writes as `conversion_report.json`.
 
     `keep_layernorm` (`"4,5"`, `"4-5"`, `[-1]`) keeps the original LayerNorm in those encoder layers; `target_cosine`
@@ -307,7 +317,7 @@ def build_student(teacher: nn.Module, source: SourceModel, norm_type: str, optio
             f"unexpected {sorted(info['unexpected_keys'])[:5]}, mismatched {sorted(info['mismatched_keys'])[:5]}."
         )
     student.name_or_path = getattr(teacher, "name_or_path", "")
-    return student.eval()
+    return student.to(model_device(teacher)).eval()
 
 
 def convert(
@@ -334,16 +344,19 @@ def convert(
     ood_evaluation_samples: int = 64,
     probe_data: Any = None,
     probe_samples: int = 256,
+    device: str | None = "auto",
 ) -> dict[str, Any]:
     """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
 
     The conversion is `convert_model`'s, on the checkpoint's model with its own tokenizer or image processor (see
-    there for `options` and the data). `output` is checked before any work (`output_folders`); the source, the data
-    and the working directory are never written. Returns the report that is also written beside the checkpoint.
+    there for `options` and the data), loaded on `device` (`devices.resolve_device`: `"auto"` is a CUDA GPU when
+    there is one, else the CPU). `output` is checked before any work (`output_folders`); the source, the data and the
+    working directory are never written. Returns the report that is also written beside the checkpoint.
     """
     require_type("source", source, (str, os.PathLike), "a checkpoint folder or a Hub id")
     require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
     require_type("output", output, (str, os.PathLike), "the folder to write")
+    target = resolve_device(device)
     checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
     source_model = inspect_source(checkpoint)
     norm_options(norm_type, options)  # refuse a wrong norm_type or option before anything is loaded
@@ -357,7 +370,7 @@ def convert(
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    teacher = load_teacher(checkpoint, source_model)
+    teacher = load_teacher(checkpoint, source_model).to(target)
     student = convert_model(
         teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
         calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,

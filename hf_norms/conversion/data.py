@@ -95,7 +95,7 @@ def _load_path(path: Path, modality: str) -> Examples:
         if not lines:
             raise ConversionError(f"{path} holds no text lines.")
         return Examples(lines, str(path), modality)
-    if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
+    if is_saved_dataset(path):
         import datasets
 
         dataset = datasets.load_from_disk(str(path))
@@ -103,23 +103,33 @@ def _load_path(path: Path, modality: str) -> Examples:
             split = "train" if "train" in dataset else next(iter(dataset))
             dataset = dataset[split]
         return Examples(_dataset_column(dataset, modality, repr_name=str(path)), str(path), modality)
-    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    files = image_files(path)
     if not files:
         raise ConversionError(f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)}) and is not a saved dataset.")
     if modality != "image":
         raise ConversionError(f"{path} holds images, but this model takes text: give a .txt file or a text dataset.")
+    return Examples([load_image(file, path) for file in files], str(path), modality)
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """Whether `folder` was written by `datasets`' `save_to_disk` (a `Dataset` or a `DatasetDict`)."""
+    return any((folder / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The image files of `folder` and its sub-folders, sorted by path."""
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+
+
+def load_image(file: Path | Any, folder: Path) -> Any:
+    """The RGB PIL image in `file` (a path or a binary stream) of the data source `folder`."""
     from PIL import Image
 
-    def load(file: Path) -> Image.Image:
-        try:
-            with Image.open(file) as image:
-                return image.convert("RGB")
-        except (OSError, ValueError, Image.DecompressionBombError) as error:  # UnidentifiedImageError is an OSError
-            raise ConversionError(
-                f"{file} is not a readable image ({error}); remove it from {path} or fix it."
-            ) from None
-
-    return Examples([load(file) for file in files], str(path), modality)
+    try:
+        with Image.open(file) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError) as error:  # UnidentifiedImageError is an OSError
+        raise ConversionError(f"{file} is not a readable image ({error}); remove it from {folder} or fix it.") from None
 
 
 def _is_dataset(data: Any) -> bool:
@@ -131,10 +141,15 @@ def _describe_dataset(dataset) -> str:
     return f"datasets:{name} ({dataset.num_rows} rows)"
 
 
-def _dataset_column(dataset, modality: str, repr_name: str) -> list:
+def dataset_column(features: dict[str, Any], modality: str, repr_name: str, column: str | None = None) -> str:
+    """The column of a data set (`features`: column -> `datasets` feature) that holds the examples: `column` when
+    given, else `text`/`sentence`/`content`/`document` or `image`/`img`, else the first column of the right kind."""
     import datasets
 
-    features = dataset.features
+    if column is not None:
+        if column not in features:
+            raise ConversionError(f"{repr_name} has no column {column!r} (columns: {list(features)}).")
+        return column
     if modality == "text":
         preferred = [c for c in TEXT_COLUMNS if c in features]
         kind = [
@@ -146,9 +161,14 @@ def _dataset_column(dataset, modality: str, repr_name: str) -> list:
     columns = preferred + kind
     if not columns:
         raise ConversionError(
-            f"{repr_name} has no {'text' if modality == 'text' else 'image'} column (columns: {list(features)})."
+            f"{repr_name} has no {'text' if modality == 'text' else 'image'} column (columns: {list(features)}); "
+            f"name it with --{modality}-column."
         )
-    items = list(dataset[columns[0]])
+    return columns[0]
+
+
+def _dataset_column(dataset, modality: str, repr_name: str) -> list:
+    items = list(dataset[dataset_column(dataset.features, modality, repr_name)])
     if modality == "image":
         items = [item.convert("RGB") for item in items]
     _check_items(items, modality, repr_name)
@@ -190,12 +210,14 @@ def fitting_max_length(config, max_length: int) -> int:
 
 
 def encode_batches(processor, examples: Examples, batch_size: int = 16, max_length: int = 128) -> list[dict]:
-    """Model inputs for `examples` in batches: `input_ids`/`attention_mask` (padded per batch) or `pixel_values`."""
+    """Model inputs for `examples` in batches: `input_ids`/`attention_mask` (padded per batch) and the
+    `SPECIAL_TOKENS_MASK` (which `run_model` does not pass on), or `pixel_values`."""
     batches = []
     for start in range(0, len(examples), batch_size):
         chunk = examples.items[start : start + batch_size]
         if examples.modality == "text":
-            batch = processor(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            batch = processor(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt",
+                              return_special_tokens_mask=True)  # fmt: skip
         else:
             batch = processor(images=chunk, return_tensors="pt")
         batches.append(dict(batch))
@@ -208,8 +230,46 @@ def real_token_mask(batch: dict) -> torch.Tensor | None:
     return mask.bool() if mask is not None else None
 
 
+TOKEN_TYPES = ("prefix", "special", "ordinary")
+SPECIAL_TOKENS_MASK = "special_tokens_mask"  # carried by text batches beside the model inputs; `run_model` drops it
+
+
+def model_inputs(batch: dict) -> dict:
+    """`batch` without the keys that describe it rather than feed the model (`SPECIAL_TOKENS_MASK`)."""
+    return {key: value for key, value in batch.items() if key != SPECIAL_TOKENS_MASK}
+
+
+def token_type_masks(batch: dict, seq_len: int, prefix_tokens: int = 1) -> dict[str, torch.Tensor]:
+    """`{type: [batch, seq_len] bool}` for the `TOKEN_TYPES` among the real tokens of `batch`: `prefix`, the first
+    `prefix_tokens` positions ([CLS], DeiT's distillation token); `special`, the other tokens the tokenizer added
+    ([SEP], ...: the batch's `special_tokens_mask`; none for images or without it); `ordinary`, the rest. `seq_len` is
+    the models' sequence length (for images, patches plus prefix tokens)."""
+    first = next(iter(batch.values()))
+    mask = real_token_mask(batch)
+    if mask is None:
+        mask = torch.ones(first.shape[0], seq_len, dtype=torch.bool, device=first.device)
+    prefix = torch.zeros_like(mask)
+    prefix[:, :prefix_tokens] = True
+    prefix &= mask
+    special = batch[SPECIAL_TOKENS_MASK].bool() & mask & ~prefix if SPECIAL_TOKENS_MASK in batch else ~mask
+    return {"prefix": prefix, "special": special, "ordinary": mask & ~prefix & ~special}
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def on_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """`batch` with its tensors on `device` (the same dict when they already are there)."""
+    if all(not isinstance(v, torch.Tensor) or v.device == device for v in batch.values()):
+        return batch
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+
 def run_model(model: nn.Module, batch: dict) -> Any:
-    """`model(**batch)`, giving a multiple-choice head its `[batch, 1, seq_len]` inputs."""
+    """`model(**batch)` on the model's device (without `SPECIAL_TOKENS_MASK`), giving a multiple-choice head its
+    `[batch, 1, seq_len]` inputs."""
+    batch = on_device(model_inputs(batch), model_device(model))
     if type(model).__name__.endswith("ForMultipleChoice"):
         batch = {key: value.unsqueeze(1) for key, value in batch.items()}
     return model(**batch)

@@ -33,7 +33,7 @@ from torch import nn
 
 from .. import packaged
 from .checkpoint_io import ConversionError
-from .data import Examples, encode_batches, load_examples, real_token_mask
+from .data import Examples, encode_batches, load_examples, model_device, on_device, real_token_mask
 from .fidelity import forward_with_norms, measure_fidelity, pooled
 
 PACKAGED = "packaged"
@@ -126,15 +126,16 @@ def probe_set(data: Any, modality: str, samples: int) -> ProbeSet:
 
 
 def pooled_features(model: nn.Module, batches: Sequence[dict]) -> torch.Tensor:
-    """`[examples, hidden]` float64: the pooled final hidden states (`fidelity.pooled`: mean over real tokens for
+    """`[examples, hidden]` float64 on the CPU: the pooled final hidden states (`fidelity.pooled`: mean over real tokens for
     text, [CLS] for images) of `model` on `batches`, in order."""
     training = model.training
     model.eval()
     try:
+        batches = [on_device(batch, model_device(model)) for batch in batches]
         features = [pooled(forward_with_norms(model, batch, [])["final"], real_token_mask(batch)) for batch in batches]
     finally:
         model.train(training)
-    return torch.cat(features).double()
+    return torch.cat(features).double().cpu()
 
 
 @dataclasses.dataclass

@@ -78,7 +78,7 @@ def _candidates(x: Tensor, function: SaturatingFunction, per_channel: bool, grid
     if not per_channel:
         spread = spread.pow(2).mean().sqrt().expand_as(spread)
         centre = centre.mean().expand_as(centre)
-    for factor in torch.logspace(math.log10(0.03), math.log10(30.0), grid_size):
+    for factor in torch.logspace(math.log10(0.03), math.log10(30.0), grid_size, device=x.device):
         alpha = factor / spread
         if not function.has_shift:
             yield alpha, None

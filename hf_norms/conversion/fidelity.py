@@ -7,6 +7,10 @@ returns, for one stage of the conversion (naive, calibrated, healed or exact):
   examples of the cosine between pooled final hidden states (mean over real tokens for text, the [CLS] token for
   images); and, where the model has a head with logits, `top1_agreement` (fraction of rows whose argmax agrees) and
   `kl_divergence` (mean over rows of `KL(softmax(teacher) || softmax(student))`), else null;
+- `token_cosine`: per token type (`data.TOKEN_TYPES`: the [CLS]/prefix tokens, the other special tokens such as [SEP],
+  the ordinary tokens), the mean over those tokens of the cosine between their final hidden states (null for a type
+  absent from the data: images have no special tokens), since heads read single tokens ([CLS]) that the pooled cosine
+  hardly weighs;
 - `per_norm`: for every replaced norm, `||y - y_ln|| / ||y_ln||` over all real tokens, with `y` the converted norm's
   output and `y_ln` the original LayerNorm's output at the same place.
 
@@ -24,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checkpoint_io import ConversionError
-from .data import real_token_mask, run_model
+from .data import TOKEN_TYPES, model_device, on_device, real_token_mask, run_model, token_type_masks
 
 # Examples per forward pass while comparing: the teacher's norm outputs are held until the student's are computed, and
 # at 224 px each example's 25 norm outputs and activations take tens of MB.
@@ -86,6 +90,12 @@ def require_finite(tensor: torch.Tensor, what: str) -> None:
         )
 
 
+def _mean(parts: list[torch.Tensor]) -> float | None:
+    """The mean of all values in `parts`, None when there are none."""
+    values = torch.cat(parts) if parts else torch.zeros(0)
+    return values.mean().item() if values.numel() else None
+
+
 def split_batch(batch: dict, size: int) -> list[dict]:
     """`batch` as consecutive parts of at most `size` examples (every value's first dimension is the example)."""
     count = len(next(iter(batch.values())))
@@ -95,16 +105,19 @@ def split_batch(batch: dict, size: int) -> list[dict]:
 def measure_fidelity(
     student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str]
 ) -> dict[str, Any]:
-    """End-to-end and per-norm fidelity of `student` to `teacher` on `batches` (see module docstring), compared
-    `EXAMPLES_PER_FORWARD` examples at a time."""
+    """End-to-end and per-norm fidelity of `student` to `teacher` (on the same device) on `batches` (see module
+    docstring), compared `EXAMPLES_PER_FORWARD` examples at a time."""
     student_training, teacher_training = student.training, teacher.training
     student.eval(), teacher.eval()
     max_abs, cosines, agree, kl, rows = 0.0, [], 0.0, 0.0, 0
+    token_cosines: dict[str, list[torch.Tensor]] = {kind: [] for kind in TOKEN_TYPES}
+    prefix_tokens = getattr(student.config, "num_prefix_tokens", 1)
     squared_error = dict.fromkeys(norm_names, 0.0)
     squared_norm = dict.fromkeys(norm_names, 0.0)
     has_logits = True
     try:
-        for batch in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
+        for part in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
+            batch = on_device(part, model_device(student))  # the teacher is on the same device
             mask = real_token_mask(batch)
             select = _real_tokens(mask)
             theirs = forward_with_norms(teacher, batch, norm_names)
@@ -125,6 +138,9 @@ def measure_fidelity(
                         require_finite(outputs[key], f"the {model_name} model's {key} output")
             max_abs = max(max_abs, (select(ours["final"]) - select(theirs["final"])).abs().max().item())
             cosines.append(F.cosine_similarity(pooled(ours["final"], mask), pooled(theirs["final"], mask), dim=-1))
+            per_token = F.cosine_similarity(ours["final"].double(), theirs["final"].double(), dim=-1)
+            for kind, tokens in token_type_masks(batch, per_token.shape[1], prefix_tokens).items():
+                token_cosines[kind].append(per_token[tokens])
             if ours["logits"] is None or theirs["logits"] is None:
                 has_logits = False
             else:
@@ -144,4 +160,5 @@ def measure_fidelity(
         "kl_divergence": kl / rows if has_logits and rows else None,
     }
     per_norm = {name: math.sqrt(squared_error[name] / max(squared_norm[name], 1e-30)) for name in norm_names}
-    return {"end_to_end": end_to_end, "per_norm": per_norm}
+    token_cosine = {kind: _mean(parts) for kind, parts in token_cosines.items()}
+    return {"end_to_end": end_to_end, "token_cosine": token_cosine, "per_norm": per_norm}

@@ -3,15 +3,24 @@
     hf-norms heal DIR --data DATA [--max-steps N] [--resume]
 
 The student is the converted model in `DIR` (all its parameters train); the teacher is the original model named in
-`DIR/conversion_report.json` (or `--teacher`), frozen in eval mode. On unlabeled examples, per batch:
+`DIR/conversion_report.json` (or `--teacher`), frozen in eval mode. The student trains in training mode, with the
+dropout of its config (`student_dropout`): LayerNorm divides each token by its own standard deviation, which keeps
+dropout noise small; DyT and Derf pass it on, so a model distilled without dropout does not tolerate the dropout that
+fine-tuning turns on. On unlabeled examples, per batch:
 
     loss = hidden_state_weight * sum over hidden states l of ||h_l - t_l||^2 / ||t_l||^2  (every layer, real tokens)
          + ||f - g||^2 / ||g||^2 + cosine_weight * (1 - cos(pool(f), pool(g)))   (final hidden states f, g)
+         + token_weight * mean over token types k of mean over tokens i of type k of (1 - cos(f_i, g_i))
+         + head_weight * (||f_p - g_p||^2 / ||g_p||^2 + ||o - q||^2 / ||q||^2)  (what stock heads read)
          + KL(softmax(teacher logits) || softmax(student logits))          (heads with logits)
 
-with `pool` the mean over real tokens (text) or the [CLS] token (images). Checkpoints go to a work folder beside `DIR`
-every `save_steps`, so an interrupted run continues with `--resume` (`resume_from_checkpoint`). At the end the healed
-weights replace `DIR`'s (or go to `--output`), and the report gains the `healed` stage and a `healing` entry.
+with `pool` the mean over real tokens (text) or the [CLS] token (images); the token types are the prefix tokens
+([CLS]), the other special tokens ([SEP], ...) and the ordinary tokens (`data.token_type_masks`), so that the few
+special tokens weigh as much as the many ordinary ones; `f_p`, `g_p` the prefix tokens' final states and `o`, `q` the
+base models' `pooler_output` where they have one (BERT's pooler, which a stock classification head reads). Checkpoints
+go to a work folder beside `DIR` every `save_steps`, so an interrupted run continues with `--resume`
+(`resume_from_checkpoint`). At the end the healed weights replace `DIR`'s (or go to `--output`), and the report gains
+the `healed` stage and a `healing` entry.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +64,44 @@ from .checkpoint_io import (
     resolve_source,
 )
 from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
-from .data import Examples, encode_batches, fitting_max_length, load_examples, probe_examples, real_token_mask
+from .data import (
+    Examples,
+    encode_batches,
+    fitting_max_length,
+    load_examples,
+    model_device,
+    model_inputs,
+    probe_examples,
+    real_token_mask,
+    token_type_masks,
+)
+from .devices import resolve_device, training_teacher, use_bf16
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
+from .processes import Processes
 from .report import REPORT_JSON, read_report, write_report
 from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
+from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
 COSINE_WEIGHT = 10.0
 HIDDEN_STATE_WEIGHT = 1.0
+TOKEN_WEIGHT = 1.0
+HEAD_WEIGHT = 1.0
 
 
-def loss_description(cosine_weight: float, hidden_state_weight: float) -> str:
+def loss_description(
+    cosine_weight: float,
+    hidden_state_weight: float,
+    token_weight: float = TOKEN_WEIGHT,
+    head_weight: float = HEAD_WEIGHT,
+    student_dropout: bool = True,
+) -> str:
     return (
         f"{hidden_state_weight:g} * sum over hidden states of ||h - t||^2/||t||^2 + final-state ||f - g||^2/||g||^2 "
-        f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + KL(teacher || student) of logits where a head "
-        "exists"
+        f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + {token_weight:g} * (1 - per-token cosine of "
+        f"final states, averaged per token type: prefix, special, ordinary) + {head_weight:g} * (prefix-token final "
+        "state and pooler output ||.||^2 errors) + KL(teacher || student) of logits where a head exists; student "
+        + ("in training mode with its config's dropout" if student_dropout else "without dropout")
     )
 
 
@@ -80,13 +113,19 @@ def distillation_loss(
     mask,
     cosine_weight: float = COSINE_WEIGHT,
     hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+    token_weight: float = TOKEN_WEIGHT,
+    head_weight: float = HEAD_WEIGHT,
+    token_types: dict[str, torch.Tensor] | None = None,
+    pooler_outputs: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The healing loss of the module docstring for one batch; `mask` is `[batch, seq_len]` bool or None (images)."""
+    """The healing loss of the module docstring for one batch; `mask` is `[batch, seq_len]` bool or None (images),
+    `token_types` the `data.token_type_masks` of the batch (the per-type terms are left out without it),
+    `pooler_outputs` the student's and the teacher's `[batch, hidden]` pooler outputs, or None."""
 
-    def relative_mse(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    def relative_mse(ours: torch.Tensor, theirs: torch.Tensor, rows: torch.Tensor | None = mask) -> torch.Tensor:
         ours, theirs = ours.float(), theirs.float()  # bf16 autocast gives half-precision states
-        if mask is not None:
-            ours, theirs = ours[mask], theirs[mask]
+        if rows is not None:
+            ours, theirs = ours[rows], theirs[rows]
         return (ours - theirs).pow(2).mean() / theirs.pow(2).mean().clamp_min(1e-12)
 
     loss = hidden_state_weight * sum(
@@ -95,6 +134,13 @@ def distillation_loss(
     loss = loss + relative_mse(student_final, teacher_final)
     cosine = F.cosine_similarity(pooled(student_final.float(), mask), pooled(teacher_final.float(), mask), dim=-1)
     loss = loss + cosine_weight * (1 - cosine).mean()
+    if token_types is not None:
+        token_distance = 1 - F.cosine_similarity(student_final.float(), teacher_final.float(), dim=-1)
+        per_type = [token_distance[rows].mean() for rows in token_types.values() if rows.any()]
+        loss = loss + token_weight * torch.stack(per_type).mean()
+        loss = loss + head_weight * relative_mse(student_final, teacher_final, token_types["prefix"])
+    if pooler_outputs is not None:
+        loss = loss + head_weight * relative_mse(*pooler_outputs, rows=None)
     student_logits = getattr(student_outputs, "logits", None)
     teacher_logits = getattr(teacher_outputs, "logits", None)
     if student_logits is not None and teacher_logits is not None:
@@ -105,35 +151,75 @@ def distillation_loss(
     return loss
 
 
+class TimeBudget:
+    """Minutes of wall-clock time and of this process's CPU time (all threads; a busy machine does not inflate it),
+    either or both; `used()` is the largest fraction of either spent since `start()`, 0 without a budget.
+
+    Under several processes (`agree`: `Processes.largest`), every process must decide alike: `check()`, called by
+    every process once per step, agrees on the largest fraction any process has spent, and `used()` is that fraction
+    until the next `check()`."""
+
+    def __init__(self, minutes: float | None = None, cpu_minutes: float | None = None):
+        self.seconds = {"wall": None if minutes is None else 60.0 * minutes,
+                        "cpu": None if cpu_minutes is None else 60.0 * cpu_minutes}  # fmt: skip
+        self.agree: Callable[[float], float] | None = None
+        self.start()
+
+    @staticmethod
+    def clocks() -> dict[str, float]:
+        return {"wall": time.monotonic(), "cpu": time.process_time()}
+
+    def start(self) -> None:
+        self.started, self.agreed = self.clocks(), 0.0
+
+    def own(self) -> float:
+        """The largest fraction of a budget this process has spent."""
+        now = self.clocks()
+        spent = [(now[k] - self.started[k]) / limit if limit else math.inf
+                 for k, limit in self.seconds.items() if limit is not None]  # fmt: skip
+        return max(spent, default=0.0)
+
+    def used(self) -> float:
+        return self.own() if self.agree is None else self.agreed
+
+    def check(self) -> float:
+        """`used()` after agreeing with the other processes (where there are any and a budget to agree on)."""
+        if self.agree is not None and any(limit is not None for limit in self.seconds.values()):
+            self.agreed = self.agree(self.own())
+        return self.used()
+
+
 class DistillationTrainer(Trainer):
     """A `Trainer` whose loss distils the frozen `teacher` into the trained model (see `distillation_loss`).
 
-    Its learning rate warms up linearly over `warmup_steps`, then decays linearly to zero at `max_steps` or, with
-    `max_minutes`, at that time budget, whichever comes first: a run cut short by time still ends at a small rate.
+    Its learning rate warms up linearly over `warmup_steps`, then decays linearly to zero at `max_steps` or, with a
+    time `budget`, at that budget's end, whichever comes first: a run cut short by time still ends at a small rate.
     """
 
     def __init__(
         self,
         *args,
         teacher: nn.Module,
-        max_minutes: float | None = None,
+        budget: TimeBudget | None = None,
         cosine_weight: float = COSINE_WEIGHT,
         hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
+        token_weight: float = TOKEN_WEIGHT,
+        head_weight: float = HEAD_WEIGHT,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.teacher = teacher.eval().requires_grad_(False)
-        self.budget_seconds = None if max_minutes is None else 60.0 * max_minutes
-        self.loss_weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight}
+        self.budget = budget or TimeBudget()
+        self.loss_weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
+                             "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
-            started, warmup = time.monotonic(), self.args.warmup_steps
+            warmup = self.args.warmup_steps
+            self.budget.start()
 
             def factor(step: int) -> float:
-                progress = step / max(1, num_training_steps)
-                if self.budget_seconds:
-                    progress = max(progress, (time.monotonic() - started) / self.budget_seconds)
+                progress = max(step / max(1, num_training_steps), self.budget.used())
                 warm = (step + 1) / (warmup + 1) if step < warmup else 1.0
                 return warm * max(0.0, 1.0 - progress)
 
@@ -141,12 +227,15 @@ class DistillationTrainer(Trainer):
         return self.lr_scheduler
 
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
-        finals = {}
+        finals, poolers = {}, {}
 
         def keep_final(name: str):
-            return lambda _m, _a, output: finals.__setitem__(
-                name, output[0] if isinstance(output, tuple) else output.last_hidden_state
-            )
+            def hook(_module, _args, output):
+                finals[name] = output[0] if isinstance(output, tuple) else output.last_hidden_state
+                pooler = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+                poolers[name] = getattr(output, "pooler_output", pooler)
+
+            return hook
 
         handles = [
             _unwrap(model).base_model.register_forward_hook(keep_final("student")),
@@ -155,17 +244,21 @@ class DistillationTrainer(Trainer):
         try:
             self.teacher.to(next(model.parameters()).device)
             with torch.no_grad():
-                teacher_outputs = self.teacher(**inputs, output_hidden_states=True)
-            student_outputs = model(**inputs, output_hidden_states=True)
+                teacher_outputs = self.teacher(**model_inputs(inputs), output_hidden_states=True)
+            student_outputs = model(**model_inputs(inputs), output_hidden_states=True)
         finally:
             for handle in handles:
                 handle.remove()
+        prefix_tokens = getattr(_unwrap(model).config, "num_prefix_tokens", 1)
+        pooler_outputs = (poolers["student"], poolers["teacher"])
         loss = distillation_loss(
             student_outputs,
             teacher_outputs,
             finals["student"],
             finals["teacher"],
             real_token_mask(inputs),
+            token_types=token_type_masks(inputs, finals["student"].shape[1], prefix_tokens),
+            pooler_outputs=None if any(p is None for p in pooler_outputs) else pooler_outputs,
             **self.loss_weights,
         )
         return (loss, student_outputs) if return_outputs else loss
@@ -176,30 +269,24 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 class TimeLimit(TrainerCallback):
-    """Stop training (and save a checkpoint to resume from) once `minutes` have passed."""
+    """Stop training (and save a checkpoint to resume from) once the time `budget` is spent."""
 
-    def __init__(self, minutes: float | None):
-        self.deadline = None if minutes is None else time.monotonic() + 60 * minutes
+    def __init__(self, budget: TimeBudget):
+        self.budget = budget
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        if self.budget.check() >= 1.0:
             control.should_training_stop = True
             control.should_save = True
         return control
 
 
 def training_examples(processor, examples: Examples, max_length: int) -> list[dict]:
-    """One training example per `max_length`-token window of every text (long texts give several), or per image."""
+    """One training example per `max_length`-token window of every text (`streaming.text_windows`: long texts give
+    several; with its `SPECIAL_TOKENS_MASK`), or per image."""
     if examples.modality == "text":
-        encoded = processor(
-            examples.items,
-            truncation=True,
-            max_length=max_length,
-            return_overflowing_tokens=True,
-            stride=0,
-        )
-        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoded]
-        return [{k: encoded[k][i] for k in keys} for i in range(len(encoded["input_ids"]))]
+        encoded = text_windows(processor, examples.items, max_length)
+        return [{k: values[i] for k, values in encoded.items()} for i in range(len(encoded["input_ids"]))]
     return [
         {"pixel_values": batch["pixel_values"][0]}
         for batch in encode_batches(processor, examples, batch_size=1, max_length=max_length)
@@ -215,6 +302,7 @@ def heal(
     samples: int | None = None,
     max_steps: int = 300,
     max_minutes: float | None = None,
+    max_cpu_minutes: float | None = None,
     batch_size: int = 8,
     max_length: int = 128,
     learning_rate: float = 2e-4,
@@ -222,7 +310,11 @@ def heal(
     save_steps: int = 50,
     cosine_weight: float = COSINE_WEIGHT,
     hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
-    bf16: bool = False,
+    token_weight: float = TOKEN_WEIGHT,
+    head_weight: float = HEAD_WEIGHT,
+    student_dropout: bool = True,
+    bf16: bool | None = None,
+    device: str | None = "auto",
     evaluation_data: Any = None,
     work_dir: str | Path | None = None,
     resume: bool = False,
@@ -233,17 +325,30 @@ def heal(
     seed: int = 0,
     ood_evaluation_data: Any = None,
     probe_data: Any = None,
+    data_config: str | None = None,
+    data_split: str | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
 ) -> dict[str, Any]:
-    """Distil the converted checkpoint `folder` from its original on `data` (unlabeled; anything `load_examples`
-    takes); write the healed checkpoint to `output` (default: `folder`, replaced when complete) and return the report.
+    """Distil the converted checkpoint `folder` from its original on `data` (unlabeled); write the healed checkpoint
+    to `output` (default: `folder`, replaced when complete) and return the report.
 
-    Training runs `max_steps` AdamW steps, or stops after `max_minutes`, whichever comes first; the learning rate warms
-    up over `warmup_steps` (at most a third of the steps) and decays linearly to zero at whichever end comes first.
+    `data` is a path or a Hub dataset id, read as a stream (`streaming.open_stream`: `.txt`, `.jsonl`, `.parquet`
+    files or a folder of them, a folder of images, a saved `datasets` folder, a Hub id with `data_config` and
+    `data_split`; the column `text_column` / `image_column`), or texts, images or a `datasets.Dataset` in memory.
+    With `samples`, the first `samples` examples are read into memory and trained on.
+    Training runs `max_steps` AdamW steps, or stops after `max_minutes` (wall clock) or `max_cpu_minutes` (this
+    process's CPU time, all threads), whichever comes first; the learning rate warms up over `warmup_steps` (at most a
+    third of the steps) and decays linearly to zero at whichever end comes first. The loss and its weights are the
+    module docstring's; `student_dropout=False` trains the student without dropout. It runs on `device`
+    (`devices.resolve_device`: a CUDA GPU when there is one, else the CPU), under bfloat16 autocast when `bf16`
+    (default: on a GPU that supports it; `devices.use_bf16`), with `batch_size` examples per process and step: under
+    `torchrun` or `accelerate launch`, every process trains on its share of the data (`processes`).
     With `resume`, it continues from the last checkpoint in `work_dir` (default: `.<folder name>.healing` beside the
     folder), which is removed after success. `work_dir` is created by heal (a folder heal did not make is refused);
     the output, the work folder, the teacher and the data may not overlap, which is checked before training. Evaluation
-    uses the report's evaluation examples when their source is a path, else `evaluation_data`; examples of the
-    evaluation range are left out of training when both come from the same source. The report's out-of-domain and
+    uses the report's evaluation examples when their source is a path, else `evaluation_data`; they are left out of
+    training when both come from the same source. The report's out-of-domain and
     probe checks (`downstream`) are made again on the healed model, on their recorded data or on
     `ood_evaluation_data` / `probe_data`; given without such a record, they are made on the healed model only.
     """
@@ -253,7 +358,10 @@ def heal(
     check_counts(max_steps=max_steps, batch_size=batch_size, max_length=max_length, save_steps=save_steps,
                  **({"samples": samples} if samples is not None else {}))  # fmt: skip
     check_numbers(learning_rate=learning_rate, cosine_weight=cosine_weight, hidden_state_weight=hidden_state_weight,
-                  warmup_steps=warmup_steps, **({"max_minutes": max_minutes} if max_minutes is not None else {}))  # fmt: skip
+                  token_weight=token_weight, head_weight=head_weight, warmup_steps=warmup_steps,
+                  **{k: v for k, v in (("max_minutes", max_minutes), ("max_cpu_minutes", max_cpu_minutes)) if v is not None})  # fmt: skip
+    target = resolve_device(device)
+    processes = Processes.join(target)
     folder = resolved(Path(folder), "Folder")
     if not (folder / REPORT_JSON).is_file():
         raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
@@ -271,41 +379,70 @@ def heal(
     processor = load_processor(folder, source_model.modality)
     if processor is None:
         raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
-    evaluation, examples = healing_examples(report, source_model.modality, data, evaluation_data, samples)
+    column = text_column if source_model.modality == "text" else image_column
+    data_source = DataSource(data, data_config, data_split, column) if is_streamed(data) else data
+    evaluation, examples = healing_examples(report, source_model.modality, data_source, evaluation_data, samples,
+                                            processes.count, token)  # fmt: skip
     student = load_student(folder, report["architecture"])
     max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
                                                       for length in (max_length, report["evaluation"]["max_length"]))  # fmt: skip
     checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
     teacher_model = load_teacher(source, source_model)
-    train_examples = training_examples(processor, examples, max_length)
+    train_examples = training_dataset(examples, processor, max_length, seed)
     resumed_from = resume_checkpoint(places.work, student) if resume else None
-    work = places.claim_work(resume)
-    started = time.perf_counter()
-    steps = train(
-        student, teacher_model, processor, train_examples, work, modality=source_model.modality,
-        max_steps=max_steps, max_minutes=max_minutes, batch_size=batch_size, learning_rate=learning_rate,
-        warmup_steps=warmup_steps, save_steps=save_steps,
-        loss_weights={"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight},
-        bf16=bf16, resume=resume, progress=progress, seed=seed,
+    work = processes.on_main(lambda: places.claim_work(resume))
+    started, cpu_started = time.perf_counter(), time.process_time()
+    weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
+               "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
+    bf16 = use_bf16(bf16, target)
+    steps, teacher_record = train(
+        student, teacher_model, processor, train_examples, places.work, work, modality=source_model.modality,
+        device=target, processes=processes, max_steps=max_steps, budget=TimeBudget(max_minutes, max_cpu_minutes),
+        batch_size=batch_size, learning_rate=learning_rate, warmup_steps=warmup_steps, save_steps=save_steps,
+        loss_weights=weights, bf16=bf16, resume=resume, progress=progress, seed=seed, student_dropout=student_dropout,
+        probe_batch=encode_batches(processor, evaluation, batch_size, max_length)[0],
     )  # fmt: skip
-    seconds = time.perf_counter() - started
-    measure_healed(report, student, teacher_model, processor, evaluation, checks, batch_size)
-    report["healing"] = {
-        "data": examples.description, "samples": len(examples), "steps": steps, "seconds": round(seconds, 1),
-        "loss": loss_description(cosine_weight, hidden_state_weight), "learning_rate": learning_rate,
-        "batch_size": batch_size, "max_length": max_length, "bf16": bf16, "training_examples": len(train_examples),
-        "resumed_from_step": resumed_from,
-    }  # fmt: skip
-    _save_healed(student, processor, folder, places, report)
-    if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
-        remove_written_files(work.path)
-    return report
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    if processes.is_main:
+        measure_healed(report, student, teacher_model, processor, evaluation, checks, batch_size)
+        report["healing"] = {
+            "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
+            "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+            "threads": torch.get_num_threads(), "loss": loss_description(**weights, student_dropout=student_dropout),
+            "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length, "bf16": bf16,
+            "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
+            "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,
+            **run_record(target, processes, teacher_record, batch_size, steps - (resumed_from or 0), seconds),
+        }  # fmt: skip
+        _save_healed(student, processor, folder, places, report)
+        if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
+            remove_written_files(work.path)
+    return processes.from_main(report if processes.is_main else None)
+
+
+def run_record(device, processes: Processes, teacher: dict, batch_size: int, steps: int, seconds: float) -> dict:
+    """Where and how fast a healing run trained, for its report: the device, the processes, the examples of one step
+    (`batch_size` per process), the examples per second of the steps this run made, and the teacher's dtype."""
+    examples = steps * batch_size * processes.count
+    return {"device": device.type, "processes": processes.count, "global_batch_size": batch_size * processes.count,
+            "examples_per_second": round(examples / max(seconds, 1e-9), 3), "teacher_dtype": teacher["dtype"],
+            "teacher_bf16_cosine": teacher["bf16_cosine"]}  # fmt: skip
+
+
+def training_dataset(examples: Examples | Stream, processor, max_length: int, seed: int):
+    """What the Trainer reads: the encoded examples in memory (`training_examples`), or the stream encoded on the
+    fly (`Stream.training_dataset`)."""
+    if isinstance(examples, Examples):
+        return training_examples(processor, examples, max_length)
+    return examples.training_dataset(processor, max_length, seed)
 
 
 def measure_healed(
     report: dict, student: nn.Module, teacher: nn.Module, processor, evaluation: Examples, checks, batch_size: int
 ) -> None:
-    """Add the `healed` stage to `report`: fidelity on the report's evaluation examples and its downstream checks."""
+    """Add the `healed` stage to `report`: fidelity on the report's evaluation examples and its downstream checks,
+    measured on the student's device."""
+    teacher.to(model_device(student))
     batches = encode_batches(processor, evaluation, batch_size, report["evaluation"]["max_length"])
     norm_names = list(next(iter(report["stages"].values()))["per_norm"])
     measured = measure_fidelity(student, teacher, batches, norm_names)
@@ -393,21 +530,26 @@ class HealingPlaces:
 
 
 def healing_examples(
-    report: dict, modality: str, data: Any, evaluation_data: Any, samples: int | None
-) -> tuple[Examples, Examples]:
-    """(evaluation examples, training examples): the training data without the report's evaluation range when both
-    come from the same source, at most `samples` of it."""
+    report: dict,
+    modality: str,
+    data: Any,
+    evaluation_data: Any,
+    samples: int | None,
+    processes: int = 1,
+    token: str | bool | None = None,
+) -> tuple[Examples, Examples | Stream]:
+    """(evaluation examples, training examples): a `DataSource` as a `Stream` (its first `samples` examples in
+    memory when `samples` is given) that leaves out the evaluation examples when both come from the same source, or
+    other data in memory, at most `samples` of it."""
     evaluation, evaluation_source = _evaluation_examples(report, modality, evaluation_data)
-    examples = load_examples(data, modality)
-    if evaluation_source is not None and _same_path(data, evaluation_source):
-        start, count = report["evaluation"]["start"], report["evaluation"]["samples"]
-        examples = Examples(examples.items[:start] + examples.items[start + count :], examples.description, modality)
-    examples = examples.take(0, samples)
-    if len(examples) == 0:
-        raise ConversionError(
-            f"No healing examples left in {examples.description} after holding out the evaluation set."
-        )
-    return evaluation, examples
+    if not isinstance(data, DataSource):
+        return evaluation, load_examples(data, modality).take(0, samples)
+    held_out = None
+    if evaluation_source is not None and _same_path(data.data, evaluation_source):
+        texts = frozenset(evaluation.items) if modality == "text" else frozenset()
+        held_out = HeldOut(report["evaluation"]["start"], report["evaluation"]["samples"], texts)
+    stream = open_stream(data, modality, held_out, processes, token)
+    return evaluation, stream if samples is None else stream.first(samples)
 
 
 def _same_path(data: Any, path: str) -> bool:
@@ -443,12 +585,15 @@ def train(
     student: nn.Module,
     teacher: nn.Module,
     processor,
-    examples: list[dict],
-    work: ClaimedFolder,
+    examples,
+    work_path: Path,
+    work: ClaimedFolder | None,
     *,
     modality: str,
+    device: torch.device,
+    processes: Processes,
     max_steps: int,
-    max_minutes: float | None,
+    budget: TimeBudget,
     batch_size: int,
     learning_rate: float,
     warmup_steps: int,
@@ -458,14 +603,21 @@ def train(
     resume: bool,
     progress: bool,
     seed: int,
-) -> int:
-    """Run the `DistillationTrainer` (CPU) on `examples`; returns the number of optimizer steps done in total."""
+    probe_batch: dict,
+    student_dropout: bool = True,
+) -> tuple[int, dict[str, Any]]:
+    """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints
+    in `work_path` (`work`: the claimed work folder, in the main process only), the student in training mode (with its
+    config's dropout, or none when `student_dropout` is False). The Trainer places the student on `device` (under a
+    launcher, this process's GPU) and shards the data over the `processes`; the teacher follows the student
+    (`devices.training_teacher`, checked on `probe_batch`). Returns the number of optimizer steps done in total and
+    the teacher's record."""
     collator = (
         transformers.DataCollatorWithPadding(processor) if modality == "text" else transformers.default_data_collator
     )
     args = TrainingArguments(
-        output_dir=str(work.path),
-        use_cpu=True,
+        output_dir=str(work_path),
+        use_cpu=device.type == "cpu",
         max_steps=max_steps,
         per_device_train_batch_size=batch_size,
         learning_rate=learning_rate,
@@ -481,28 +633,44 @@ def train(
         disable_tqdm=not progress,
         remove_unused_columns=False,
         dataloader_num_workers=0,
+        accelerator_config={"dispatch_batches": False},  # each process reads its own shards of a stream
         seed=seed,
         data_seed=seed,
     )
-    _disable_dropout(student)
+    if not student_dropout:
+        _disable_dropout(student)
+    teacher, teacher_record = training_teacher(teacher, args.device, bf16, probe_batch)
+    budget.agree = processes.largest if processes.count > 1 else None
     trainer = DistillationTrainer(
         model=student,
         args=args,
         teacher=teacher,
-        max_minutes=max_minutes,
+        budget=budget,
         **loss_weights,
         train_dataset=examples,
         data_collator=collator,
-        callbacks=[TimeLimit(max_minutes), record_on_save(work)],
+        callbacks=[TimeLimit(budget), EveryProcessSaved(processes), *([record_on_save(work)] if work else [])],
     )
-    resumable = resume and get_last_checkpoint(str(work.path)) is not None
+    resumable = resume and get_last_checkpoint(str(work_path)) is not None
     trainer.train(resume_from_checkpoint=True if resumable else None)
     student.eval()
-    return trainer.state.global_step
+    return trainer.state.global_step, teacher_record
+
+
+class EveryProcessSaved(TrainerCallback):
+    """At each checkpoint, wait until every process has written its part of it (its RNG state), so that the main
+    process records the files of a whole checkpoint as heal's (`record_on_save`)."""
+
+    def __init__(self, processes: Processes):
+        self.processes = processes
+
+    def on_save(self, args, state, control, **kwargs):
+        self.processes.wait()
 
 
 def _disable_dropout(model: nn.Module) -> None:
-    """Distillation matches the teacher's deterministic (eval) outputs: the student trains without dropout."""
+    """Train the student without dropout (`student_dropout=False`): it then matches the teacher's deterministic (eval)
+    outputs more closely, but fine-tunes worse with dropout on."""
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0

@@ -8,10 +8,12 @@ as tables; the PNG plots each stage's per-norm relative error against the norm's
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 from ..hub.norm_texts import STATISTICS_FREE
+from .data import TOKEN_TYPES
 
 REPORT_JSON = "conversion_report.json"
 REPORT_MD = "conversion_report.md"
@@ -68,9 +70,10 @@ def report_markdown(report: dict[str, Any]) -> str:
             f"{calibration['seconds']:.1f} s; {calibration['method']}"
         )
     if healing:
+        examples = (f"a stream of `{healing['data']}`" if healing.get("samples") is None
+                    else f"{healing['samples']} examples from `{healing['data']}`")  # fmt: skip
         lines.append(
-            f"- Healing: {healing['steps']} steps on {healing['samples']} examples from `{healing['data']}`, "
-            f"{healing['seconds']:.0f} s; loss: {healing['loss']}"
+            f"- Healing: {healing['steps']} steps on {examples}, {healing['seconds']:.0f} s; loss: {healing['loss']}"
         )
     folding = report.get("folding")
     if folding:
@@ -89,17 +92,22 @@ def report_markdown(report: dict[str, Any]) -> str:
         "",
         "## End to end",
         "",
-        "Max abs diff over the final hidden states and logits; mean cosine of the pooled final hidden states; top-1 "
-        "agreement and KL(original || converted) of the logits where the model has a head.",
+        "Max abs diff over the final hidden states and logits; mean cosine of the pooled final hidden states; per "
+        "token type, the mean cosine of single tokens' final hidden states ([CLS]/prefix, which stock heads read; the "
+        "other special tokens such as [SEP]; ordinary tokens); top-1 agreement and KL(original || converted) of the "
+        "logits where the model has a head.",
         "",
-        "| stage | max abs diff | mean cosine | top-1 agreement | KL divergence |",
-        "|---|---|---|---|---|",
+        "| stage | max abs diff | mean cosine | [CLS]/prefix cosine | special-token cosine | ordinary-token cosine "
+        "| top-1 agreement | KL divergence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for stage, metrics in stages.items():
         e2e = metrics["end_to_end"]
+        tokens = metrics.get("token_cosine") or {}
         lines.append(
             f"| {stage} | {_number(e2e['max_abs_diff'])} | {_number(e2e['mean_cosine'])} | "
-            f"{_number(e2e['top1_agreement'])} | {_number(e2e['kl_divergence'])} |"
+            + " | ".join(_number(tokens.get(kind)) for kind in TOKEN_TYPES)
+            + f" | {_number(e2e['top1_agreement'])} | {_number(e2e['kl_divergence'])} |"
         )
     names = list(next(iter(stages.values()))["per_norm"]) if stages else []
     lines += [
@@ -112,7 +120,57 @@ def report_markdown(report: dict[str, Any]) -> str:
     for name in names:
         lines.append(f"| `{name}` | " + " | ".join(_number(stages[s]["per_norm"].get(name)) for s in stages) + " |")
     lines += downstream_markdown(report)
+    lines += fine_tuning_markdown(report.get("fine_tuning"))
     return "\n".join(lines + layer_sweep_markdown(report.get("layer_sweep"))) + "\n"
+
+
+def fine_tuning_rows(record: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Per fine-tuning protocol of a `fine_tuning` record (`record_fine_tuning`): the settings, the seeds, this
+    checkpoint's and the source's accuracy (mean ± standard deviation over seeds) and the gap in points."""
+    rows = []
+    for protocol in (record or {}).get("protocols", []):
+        ours, source = protocol["accuracy"], protocol["source_accuracy"]
+        rows.append({
+            "protocol": protocol["name"],
+            "settings": f"{protocol['epochs']:g} epochs, learning rate {protocol['learning_rate']:g}",
+            "seeds": ", ".join(map(str, protocol["seeds"])),
+            "accuracy": _mean_and_spread(ours),
+            "source_accuracy": _mean_and_spread(source),
+            "points_below": f"{100 * (statistics.mean(source) - statistics.mean(ours)):+.1f}",
+        })  # fmt: skip
+    return rows
+
+
+def _mean_and_spread(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {spread:.3f}"
+
+
+def fine_tuning_markdown(record: dict[str, Any] | None) -> list[str]:
+    """The `fine_tuning` record as Markdown lines: how it was fine-tuned, and this checkpoint beside its source."""
+    if not record:
+        return []
+    lines = [
+        "",
+        "## Fine-tuned beside the source",
+        "",
+        f"{record['description']} (`{record['command']}`).",
+        "",
+        "| protocol | settings | seeds | accuracy, this checkpoint | accuracy, source | points below the source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in fine_tuning_rows(record):
+        lines.append(" | ".join(["", *row.values(), ""]).strip())
+    return lines
+
+
+def record_fine_tuning(folder: str | Path, record: dict[str, Any]) -> None:
+    """Add a `fine_tuning` record to the report in `folder` (and re-render its Markdown and plot): `description`
+    (the task, the head, the Trainer), `command`, `weights_sha256` (of the weights fine-tuned) and `protocols`, a list
+    of `{name, epochs, learning_rate, seeds, accuracy, source_accuracy}` with one accuracy per seed."""
+    report = read_report(folder)
+    report["fine_tuning"] = record
+    write_report(folder, report)
 
 
 def layer_sweep_markdown(sweep: dict[str, Any] | None) -> list[str]:

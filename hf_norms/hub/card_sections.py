@@ -72,8 +72,10 @@ def provenance(facts: CardFacts) -> list[str]:
             )
         if report.get("healing"):
             h = report["healing"]
+            data = data_name(h["data"])
+            examples = f"a stream of {data}" if h.get("samples") is None else f"{h['samples']} samples of {data}"
             steps.append(
-                f"Healed by distillation from the source ({h['loss']}) on {h['samples']} samples of {data_name(h['data'])}: "
+                f"Healed by distillation from the source ({h['loss']}) on {examples}: "
                 f"{plural(h['steps'], 'step')}, {h['seconds']:.0f} s."
             )
     if facts.training is not None:
@@ -182,13 +184,15 @@ def limitations(facts: CardFacts) -> list[str]:
 
 
 def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The fidelity table, one row per stage in the order they were made, numbers formatted for reading."""
-    formats = {"max_abs_diff": "{:.3g}", "mean_cosine": "{:.4f}", "top1_agreement": "{:.3f}", "kl_divergence": "{:.3g}"}
+    """The fidelity table, one row per stage in the order they were made, numbers formatted for reading; the cosine per
+    token type ([CLS]/prefix, special, ordinary) where the report measured it."""
+    formats = {"max_abs_diff": "{:.3g}", "mean_cosine": "{:.4f}", "top1_agreement": "{:.3f}", "kl_divergence": "{:.3g}",
+               "prefix": "{:.4f}", "special": "{:.4f}", "ordinary": "{:.4f}"}  # fmt: skip
     rows = []
     for stage in STAGES:
         measured = ((report or {}).get("stages") or {}).get(stage)
         if measured:
-            values = identical_outputs(measured["end_to_end"])
+            values = {**identical_outputs(measured["end_to_end"]), **(measured.get("token_cosine") or {})}
             rows.append(
                 {
                     "stage": stage,
@@ -198,6 +202,19 @@ def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
                 }
             )
     return rows
+
+
+def fidelity_measurement(report: dict[str, Any] | None) -> str:
+    """What the fidelity table's cosines compare: the pooling, the tokens per text, the per-token-type columns."""
+    evaluation = (report or {}).get("evaluation") or {}
+    text = evaluation.get("pooling") == "mean"
+    pooling = "the mean over real tokens, as a sentence embedding pools" if text else "the [CLS] token"
+    length = f", texts truncated to {evaluation['max_length']} tokens" if text and evaluation.get("max_length") else ""
+    return (
+        f"Mean cosine: of the pooled final hidden states ({pooling}{length}). Per token type: the mean cosine of single "
+        "tokens' final hidden states, for the [CLS] (prefix) token that a stock classification head reads, the other "
+        "special tokens ([SEP], ...) and the ordinary tokens."
+    )
 
 
 def readable_data(description: str) -> str:

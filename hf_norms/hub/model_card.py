@@ -15,6 +15,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..conversion.downstream import dataset_name
+from ..conversion.report import fine_tuning_rows
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
 from ..output_folders import copy_checkpoint_files
 from .card_facts import (
@@ -28,7 +29,14 @@ from .card_facts import (
     identical_outputs,
     source_lineage,
 )
-from .card_sections import downstream_rows, fidelity_rows, limitations, provenance, readable_data
+from .card_sections import (
+    downstream_rows,
+    fidelity_measurement,
+    fidelity_rows,
+    limitations,
+    provenance,
+    readable_data,
+)
 from .citations import PAPERS, Paper
 from .norm_texts import NORM_TEXTS, with_kept_layernorms
 from .upload_files import refuse_token_leaks, trainer_upload_files
@@ -160,6 +168,8 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         report=facts.report,
         evaluation_data=readable_data(facts.report["evaluation"]["data"]) if facts.report else None,
         fidelity_rows=fidelity_rows(facts.report),
+        fidelity_measurement=fidelity_measurement(facts.report),
+        fine_tuning_rows=fine_tuning_rows((facts.report or {}).get("fine_tuning")),
         downstream_rows=downstream_rows(facts.report),
         training_metrics=training_metrics,
         limitations=limitations(facts),

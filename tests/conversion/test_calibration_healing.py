@@ -4,17 +4,25 @@ the report and resumes from its checkpoints."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 from test_convert import save_images
-from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTImageProcessor,
+)
 
 from hf_norms import cli
 from hf_norms.conversion import healing
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert
-from hf_norms.conversion.data import load_examples
+from hf_norms.conversion.data import Examples, encode_batches, load_examples, token_type_masks
 from hf_norms.conversion.elementwise_fit import ERF, TANH, fit_elementwise, fit_loss_and_gradients
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
 from hf_norms.conversion.sources import sentence_transformers_files
@@ -228,3 +236,89 @@ def test_elementwise_fit_gradients_match_autograd(function, per_channel):
     torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-7)
     for gradient, param in zip(gradients, params, strict=True):
         torch.testing.assert_close(gradient.double(), param.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_token_types_split_real_tokens_into_prefix_special_and_ordinary(minilm_dir):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    texts = ["Hello, world.", "A longer second sentence here."]
+    batch = encode_batches(tokenizer, Examples(texts, "two texts", "text"))[0]
+    assert batch["input_ids"].shape == (2, 8)  # [CLS] hello , world . [SEP] [PAD] [PAD] / [CLS] 6 words [SEP]
+    types = {kind: rows.int().tolist() for kind, rows in token_type_masks(batch, 8).items()}
+    assert types == {
+        "prefix": [[1, 0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0]],
+        "special": [[0, 0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 1]],
+        "ordinary": [[0, 1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 0]],
+    }
+    images = token_type_masks({"pixel_values": torch.zeros(2, 3, 32, 32)}, 17, prefix_tokens=2)  # DeiT: 2 prefix
+    assert [rows.sum().item() for rows in images.values()] == [4, 0, 30]
+    assert images["prefix"][:, :2].all() and not images["ordinary"][:, :2].any()
+
+
+def test_the_healing_loss_weighs_the_prefix_token_and_the_pooler_output():
+    """Student = teacher except [CLS], negated, and a zero pooler output: each term has its closed form."""
+    torch.manual_seed(0)
+    teacher_final = torch.randn(2, 5, 8)
+    student_final = teacher_final.clone()
+    student_final[:, 0] = -teacher_final[:, 0]
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    batch = {"attention_mask": mask.long(), "special_tokens_mask": torch.tensor([[1, 0, 0, 1, 1], [1, 0, 0, 0, 1]])}
+    types = token_type_masks(batch, 5)
+    hidden = SimpleNamespace(hidden_states=(teacher_final,))
+    teacher_pooler = torch.randn(2, 8)
+    pooler = (torch.zeros(2, 8), teacher_pooler)
+
+    def loss(**weights):
+        return healing.distillation_loss(hidden, hidden, student_final, teacher_final, mask, cosine_weight=0,
+                                         token_types=types, pooler_outputs=pooler, **weights).item()  # fmt: skip
+
+    final_error = 4 * teacher_final[:, 0].pow(2).sum() / teacher_final[mask].pow(2).sum()
+    assert loss(token_weight=0, head_weight=0) == pytest.approx(final_error.item(), rel=1e-5)
+    # per token type: [CLS] at cosine -1 (distance 2), [SEP] and ordinary tokens at 0; the mean of the three types
+    assert loss(token_weight=1, head_weight=0) == pytest.approx(final_error.item() + 2 / 3, rel=1e-5)
+    # the prefix tokens' error ||-2 g||^2 / ||g||^2 = 4, and the zero pooler output's 1
+    assert loss(token_weight=0, head_weight=1) == pytest.approx(final_error.item() + 4 + 1, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier_dyt(minilm_dir, news_files, tmp_path_factory):
+    """A stock BERT classifier (2 layers, 32 wide, dropout 0.1, with its pooler) with MiniLM's tokenizer, converted to
+    DyT on 8 texts."""
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=3)  # fmt: skip
+    folder = tmp_path_factory.mktemp("tiny-classifier")
+    BertForSequenceClassification(config).save_pretrained(folder / "source")
+    tokenizer.save_pretrained(folder / "source")
+    convert(folder / "source", "dyt", folder / "dyt", calibration_data=news_files / "calibration.txt",
+            calibration_samples=8, evaluation_samples=4, max_length=32)  # fmt: skip
+    return folder / "dyt"
+
+
+def test_healing_trains_the_student_with_its_dropout_and_stops_on_cpu_time(tiny_classifier_dyt, news_files, tmp_path):
+    calls = []  # (training, p) of every dropout call: the teacher's and the measurements' run in eval mode
+
+    def record(module, _args, _output):
+        if isinstance(module, torch.nn.Dropout):
+            calls.append((module.training, module.p))
+
+    def run(**options):
+        calls.clear()
+        handle = torch.nn.modules.module.register_module_forward_hook(record)
+        try:
+            return healing.heal(tiny_classifier_dyt, news_files / "healing.txt", output=tmp_path / "out",
+                                overwrite=True, samples=16, batch_size=4, max_length=32, warmup_steps=0,
+                                progress=False, **options)  # fmt: skip
+        finally:
+            handle.remove()
+
+    report = run(max_steps=5, max_cpu_minutes=0)
+    assert report["healing"]["steps"] == 1  # the CPU-time budget stopped it after one step
+    assert report["healing"]["cpu_seconds"] > 0 and report["healing"]["threads"] == torch.get_num_threads()
+    assert "training mode with its config's dropout" in report["healing"]["loss"]
+    training_calls = [p for training, p in calls if training]
+    assert training_calls and set(training_calls) == {0.1}  # the student's dropouts, at the config's rate
+    report = run(max_steps=1, student_dropout=False)
+    assert not [p for training, p in calls if training and p > 0] and "without dropout" in report["healing"]["loss"]
+    tokens = report["stages"]["healed"]["token_cosine"]
+    assert set(tokens) == {"prefix", "special", "ordinary"} and all(-1 <= v <= 1 for v in tokens.values())

@@ -94,6 +94,23 @@ def test_report_has_out_of_domain_and_probe_blocks(tiny_bert_proof):
     )
 
 
+def test_fidelity_is_reported_per_token_type(tiny_bert_proof, tiny_vit_dir, tmp_path):
+    folder, report = tiny_bert_proof
+    tokens = report["stages"]["naive"]["token_cosine"]
+    assert list(tokens) == ["prefix", "special", "ordinary"]
+    # DTN normalises the [CLS] token with LayerNorm's statistics, the other tokens with statistics mixed across tokens
+    assert tokens["prefix"] > 0.9999 and -1 <= tokens["special"] < 0.9 and -1 <= tokens["ordinary"] < 0.9
+    row = " | ".join(f"{tokens[kind]:.4f}" for kind in ("prefix", "special", "ordinary"))
+    assert f"| {row} |" in (folder / REPORT_MD).read_text()
+    card = str(model_card_for_folder(folder, "hf-norms/tiny-bert-dtn"))
+    assert f"| {row} |" in card and "[CLS]/prefix cosine | special-token cosine | ordinary-token cosine" in card
+    assert "(the mean over real tokens, as a sentence embedding pools, texts truncated to 32 tokens)" in card
+    exact = convert(tiny_vit_dir, "sepnorm", tmp_path / "vit-sepnorm")["stages"]["exact"]["token_cosine"]
+    assert exact["special"] is None  # images have no special tokens
+    assert exact["prefix"] == pytest.approx(1, abs=1e-6) and exact["ordinary"] == pytest.approx(1, abs=1e-6)
+    assert "| n/a |" in (tmp_path / "vit-sepnorm" / REPORT_MD).read_text()
+
+
 def test_card_carries_in_domain_out_of_domain_and_probe_results(tiny_bert_proof):
     folder, report = tiny_bert_proof
     card = model_card_for_folder(folder, "hf-norms/tiny-bert-dtn")
@@ -173,3 +190,26 @@ def test_out_of_domain_data_that_is_the_calibration_data_is_refused(tiny_bert_di
     convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16, max_length=16)
     with pytest.raises(ConversionError, match="is the healing data"):
         healing.heal(tmp_path / "out", texts, max_steps=1, max_length=16, ood_evaluation_data=texts, progress=False)
+
+
+def test_fine_tuning_beside_the_source_is_recorded_in_the_report_and_the_card(tiny_bert_dir, tmp_path):
+    from benchmarks.finetune_from_stock import record_into_folders, summary_tables
+
+    folder = tmp_path / "bert-sepnorm"
+    convert(tiny_bert_dir, "sepnorm", folder, max_length=16)
+    runs = [("layernorm", "short", 0, 0.90), ("layernorm", "short", 1, 0.92), (str(folder), "short", 0, 0.85),
+            (str(folder), "short", 1, 0.89), ("layernorm", "converged", 0, 0.97), (str(folder), "converged", 0, 0.96),
+            (str(folder), "converged", 1, 0.95)]  # fmt: skip
+    results = [{"norm_type": name, "start": "s", "protocol": protocol, "seed": seed, "accuracy": accuracy,
+                "train_seconds": 1.0} for name, protocol, seed, accuracy in runs]  # fmt: skip
+    table = summary_tables(results)
+    assert "| bert-sepnorm | s | 0 1 | 0.870 | 0.028 | 0.850-0.890 | +4.0 | 1 |" in table
+    assert "| bert-sepnorm | s | 0 1 | 0.955 | 0.007 | 0.950-0.960 | +1.5 | 1 |" in table  # LayerNorm ran seed 0 only
+    assert record_into_folders(results, "Fine-tuned on tiny data", "python -m x") == [str(folder)]
+    record = json.loads((folder / REPORT_JSON).read_text())["fine_tuning"]
+    assert [(p["name"], p["seeds"], p["accuracy"], p["source_accuracy"]) for p in record["protocols"]] == [
+        ("short", [0, 1], [0.85, 0.89], [0.90, 0.92]), ("converged", [0], [0.96], [0.97])]  # fmt: skip
+    row = "| short | 2 epochs, learning rate 5e-05 | 0, 1 | 0.870 ± 0.028 | 0.910 ± 0.014 | +4.0 |"
+    assert row in (folder / REPORT_MD).read_text()
+    card = str(model_card_for_folder(folder, "hf-norms/tiny-bert-sepnorm"))
+    assert row in card and "Fine-tuned beside the source: Fine-tuned on tiny data (`python -m x`)" in card

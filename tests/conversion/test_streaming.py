@@ -1,0 +1,248 @@
+"""Streamed healing data (`hf_norms/conversion/streaming.py`): every source read one example at a time, in pieces
+that are the stream's shards, giving exactly the examples an in-memory read gives; the evaluation examples left out;
+columns chosen or named; a Hub dataset id read through the loopback Hub; and a heal on a stream."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from test_convert import save_images
+from transformers import AutoTokenizer
+
+from hf_norms.conversion import healing, streaming
+from hf_norms.conversion.checkpoint_io import ConversionError
+from hf_norms.conversion.convert import convert
+from hf_norms.conversion.data import load_examples
+from hf_norms.conversion.report import REPORT_JSON
+from hf_norms.conversion.streaming import DataSource, HeldOut, open_stream
+from hf_norms.hub.server import HubServer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple:
+    """A text file with what a line reader must get right: blank lines, CRLF, a form feed, non-ASCII, long lines."""
+    from hf_norms import packaged
+
+    texts = [" ".join(text.split()) for text, _ in packaged.bbc_news()[:120]]
+    lines = []
+    for index, text in enumerate(texts):
+        lines.append(text[: 40 + (index * 37) % 400])
+        lines += [""] * (index % 5 == 0) + ["   "] * (index % 7 == 0)
+    lines[3] += "\r"
+    lines[10] = "first part\x0csecond part \u2013 with a dash"
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_bytes("\n".join(lines).encode("utf-8") + b"\n")
+    return path, load_examples(path, "text").items
+
+
+def items(dataset) -> list:
+    return [example["item"] for example in dataset]
+
+
+def test_a_text_file_streams_in_pieces_as_a_line_reader_reads_it(corpus):
+    path, expected = corpus
+    stream = open_stream(DataSource(path), "text")
+    assert stream.dataset.n_shards == streaming.MIN_PIECES and stream.size is None
+    assert items(stream.dataset) == expected and {"first part", "second part \u2013 with a dash"} <= set(expected)
+    shards = [items(stream.dataset.shard(2, index)) for index in (0, 1)]  # what accelerate gives 2 processes
+    assert shards[0] + shards[1] == expected and min(map(len, shards)) > 40
+    assert open_stream(DataSource(path), "text", processes=32).dataset.n_shards == 32  # one piece per process
+    assert stream.first(5).items == expected[:5] and stream.first(5).description == str(path)
+
+
+def test_the_evaluation_texts_are_left_out(corpus, tmp_path):
+    path, expected = corpus
+    held_out = HeldOut(16, 8, frozenset(expected[16:24]))
+    assert items(open_stream(DataSource(path), "text", held_out).dataset) == expected[:16] + expected[24:]
+    (tmp_path / "bad.txt").write_bytes(b"fine line\nbad \xff byte\n")
+    with pytest.raises(ConversionError, match=r"bad\.txt is not UTF-8 text \(byte 0xff at offset 14\)"):
+        items(open_stream(DataSource(tmp_path / "bad.txt"), "text").dataset)
+
+
+def test_jsonl_and_parquet_files_and_folders_of_them(corpus, tmp_path):
+    _, expected = corpus
+    folder = tmp_path / "jsonl"
+    (folder / "b").mkdir(parents=True)
+    for name, part in (("a.jsonl", expected[:50]), ("b/c.jsonl", expected[50:])):
+        (folder / name).write_text("".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(part)))
+    assert items(open_stream(DataSource(folder), "text").dataset) == expected  # the only text column, sorted files
+    with pytest.raises(ConversionError, match=r"has no column 'text' \(columns: \['id', 'body'\]\)"):
+        open_stream(DataSource(folder / "a.jsonl", column="text"), "text")
+    table = pa.table({"title": [t[:10] for t in expected], "text": expected})
+    pq.write_table(table, tmp_path / "corpus.parquet", row_group_size=25)
+    stream = open_stream(DataSource(tmp_path / "corpus.parquet"), "text")  # `text` is preferred over `title`
+    assert items(stream.dataset) == expected and stream.dataset.n_shards == 5 and stream.size == len(expected)
+    titles = open_stream(DataSource(tmp_path / "corpus.parquet", column="title"), "text")
+    assert items(titles.dataset) == [t[:10] for t in expected]
+    (folder / "d.parquet").write_bytes((tmp_path / "corpus.parquet").read_bytes())
+    with pytest.raises(ConversionError, match=r"one kind\), .*found \.jsonl, \.jsonl, \.parquet"):
+        open_stream(DataSource(folder), "text")
+    with pytest.raises(ConversionError, match=r"does not exist \(nor is it a Hub dataset id"):
+        open_stream(DataSource(tmp_path / "missing.txt"), "text")
+    with pytest.raises(ConversionError, match=r"--data-config names a configuration of a Hub dataset"):
+        open_stream(DataSource(tmp_path / "corpus.parquet", config="news"), "text")
+
+
+def test_images_stream_from_a_folder_parquet_and_a_saved_dataset(tmp_path):
+    images = save_images(tmp_path / "images", 10)
+    expected = load_examples(images, "image").items
+    stream = open_stream(DataSource(images), "image", HeldOut(2, 3))
+    assert stream.size == 7 and stream.dataset.n_shards == 7
+    pixels = [list(image.getdata()) for image in items(stream.dataset)]
+    assert pixels == [list(image.getdata()) for image in expected[:2] + expected[5:]]
+
+    encoded = []
+    for image in expected:
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        encoded.append({"bytes": buffer.getvalue(), "path": None})
+    pq.write_table(pa.table({"label": list(range(10)), "picture": encoded}), tmp_path / "images.parquet")
+    from_parquet = items(open_stream(DataSource(tmp_path / "images.parquet"), "image").dataset)
+    assert [list(image.getdata()) for image in from_parquet] == [list(image.getdata()) for image in expected]
+
+    gray = [image.convert("L") for image in expected]  # a saved dataset's images come out as RGB
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"img": gray}),
+                                   "test": datasets.Dataset.from_dict({"img": gray[:2]})})  # fmt: skip
+    splits.save_to_disk(str(tmp_path / "saved"))
+    saved = open_stream(DataSource(tmp_path / "saved"), "image", HeldOut(0, 4))
+    got = items(saved.dataset)
+    assert saved.size == 6 and {image.mode for image in got} == {"RGB"}
+    assert [list(image.convert("L").getdata()) for image in got] == [list(image.getdata()) for image in gray[4:]]
+    assert open_stream(DataSource(tmp_path / "saved", split="test"), "image").size == 2
+    with pytest.raises(ConversionError, match=r"has no split 'validation' \(splits: \['train', 'test'\]\)"):
+        open_stream(DataSource(tmp_path / "saved", split="validation"), "image")
+
+
+def test_a_stream_trains_on_the_windows_of_the_in_memory_path(corpus, minilm_dir):
+    path, expected = corpus
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    stream = open_stream(DataSource(path), "text")
+    streamed = list(stream.training_dataset(tokenizer, 32, seed=0))
+    in_memory = healing.training_examples(tokenizer, load_examples(path, "text"), 32)
+    assert len(streamed) == len(in_memory) > len(expected)  # long texts give several windows
+    assert streamed != in_memory  # shuffled ...
+    assert sorted(map(json.dumps, streamed)) == sorted(map(json.dumps, in_memory))  # ... the same windows
+    assert list(stream.training_dataset(tokenizer, 32, seed=0)) == streamed  # the same order for every process
+
+
+def test_accelerate_gives_each_process_its_own_pieces(corpus, minilm_dir):
+    """What the Trainer's data loader becomes in each of 2 processes (`accelerate.data_loader.prepare_data_loader`,
+    `dispatch_batches=False` as heal sets it): the stream's own shards, half the pieces each, so no process reads the
+    other's part of the file; together they are every training window once."""
+    from accelerate.data_loader import prepare_data_loader
+    from torch.utils.data import DataLoader
+
+    path, _ = corpus
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    dataset = open_stream(DataSource(path), "text").training_dataset(tokenizer, 32, seed=0)
+    windows = []
+    for rank in (0, 1):
+        loader = DataLoader(dataset, batch_size=4, collate_fn=lambda batch: batch)
+        prepared = prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False,
+                                       dispatch_batches=False)  # fmt: skip
+        assert isinstance(prepared.dataset, datasets.IterableDataset)
+        assert prepared.dataset.n_shards == streaming.MIN_PIECES // 2
+        windows.append([json.dumps(window) for batch in prepared for window in batch])
+    assert sorted(windows[0] + windows[1]) == sorted(map(json.dumps, dataset)) and not set(windows[0]) & set(windows[1])
+
+
+HUB_SCRIPT = """
+import json, sys
+from hf_norms.conversion.streaming import DataSource, open_stream
+from hf_norms.conversion.checkpoint_io import ConversionError
+results = {}
+for name, source in (("default", DataSource("org/corpus")),
+                     ("config", DataSource("org/corpus", config="news", split="test", column="body"))):
+    stream = open_stream(source, "text", token="hf_stream-token")
+    results[name] = {"items": [e["item"] for e in stream.dataset], "shards": stream.dataset.n_shards,
+                     "description": stream.description}
+try:
+    open_stream(DataSource("org/no-such-corpus"), "text", token="hf_stream-token")
+except ConversionError as error:
+    results["missing"] = str(error)
+print(json.dumps(results))
+"""
+
+
+def test_a_hub_dataset_id_streams_from_the_loopback_hub(tmp_path, monkeypatch):
+    """A private dataset repo with two Parquet shards, and a `news` configuration (README `configs:`) with a `test`
+    split whose texts are in its `body` column, read by id through HF_ENDPOINT with the token."""
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest is offline; this is loopback
+
+    folder = tmp_path / "repo"
+    (folder / "data").mkdir(parents=True), (folder / "news").mkdir()
+    texts = [f"text number {i}" for i in range(30)]
+    pq.write_table(pa.table({"text": texts[:20]}), folder / "data" / "train-00000-of-00002.parquet")
+    pq.write_table(pa.table({"text": texts[20:]}), folder / "data" / "train-00001-of-00002.parquet")
+    news = pa.table({"id": list(range(5)), "body": [f"news {i}" for i in range(5)]})
+    pq.write_table(news, folder / "news" / "test.parquet")
+    (folder / "README.md").write_text(textwrap.dedent("""\
+        ---
+        configs:
+        - config_name: default
+          data_files:
+          - split: train
+            path: data/train-*.parquet
+        - config_name: news
+          data_files:
+          - split: test
+            path: news/test.parquet
+        ---
+        """))  # fmt: skip
+    with HubServer(tmp_path / "hub", tokens=["hf_stream-token"]) as hub:
+        api = HfApi(endpoint=hub.url, token="hf_stream-token")
+        api.create_repo("org/corpus", repo_type="dataset", private=True)
+        api.upload_folder(folder_path=folder, repo_id="org/corpus", repo_type="dataset")
+        env = {**os.environ, **hub.client_env(), "HF_HOME": str(tmp_path / "hf-home")}
+        env.pop("HF_TOKEN", None)
+        result = subprocess.run(
+            [sys.executable, "-c", HUB_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["default"] == {"items": texts, "shards": 2, "description": "org/corpus, split train"}
+    assert found["config"]["items"] == [f"news {i}" for i in range(5)]
+    assert found["config"]["description"] == "org/corpus (news), split test"
+    assert found["missing"].startswith("Hub dataset org/no-such-corpus, split train:")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_dtn(tiny_bert_dir, corpus, tmp_path_factory):
+    """A naive (inexact) DTN conversion of a tiny BERT, evaluated on the corpus' first 8 texts; no calibration."""
+    path, _ = corpus
+    out = tmp_path_factory.mktemp("stream-heal") / "dtn"
+    convert(tiny_bert_dir, "dtn", out, options={"dtn_gate_init": 0.5}, evaluation_data=path, evaluation_samples=8,
+            max_length=32)  # fmt: skip
+    return out
+
+
+def test_heal_streams_its_data(tiny_bert_dtn, corpus, tmp_path):
+    """No `samples`: the text file is streamed (its evaluation texts left out), tokenised on the fly; the report says
+    so, and the run is on the device the automatic choice gives (here the CPU, in float32)."""
+    path, _ = corpus
+    torch.manual_seed(0)
+    report = healing.heal(tiny_bert_dtn, path, output=tmp_path / "healed", max_steps=3, batch_size=4, max_length=32,
+                          warmup_steps=0, progress=False)  # fmt: skip
+    record = report["healing"]
+    assert record["streamed"] is True and record["samples"] is None and record["training_examples"] is None
+    assert record["data"] == str(path) and record["steps"] == 3
+    assert record["bf16"] is (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    assert record["device"] == ("cuda" if torch.cuda.is_available() else "cpu") and record["processes"] == 1
+    saved = json.loads((tmp_path / "healed" / REPORT_JSON).read_text())
+    assert list(saved["stages"]) == ["naive", "healed"]
+    assert "on a stream of" in (tmp_path / "healed" / "conversion_report.md").read_text()
