@@ -354,7 +354,8 @@ def heal(
     report["healing"] = {
         "data": examples.description, "samples": len(examples), "steps": steps, "seconds": round(seconds, 1),
         "cpu_seconds": round(cpu_seconds, 1), "threads": torch.get_num_threads(),
-        "loss": loss_description(**weights, student_dropout=student_dropout), "learning_rate": learning_rate,
+        "loss": loss_description(**weights, student_dropout=student_dropout), "student_dropout": student_dropout,
+        "learning_rate": learning_rate,
         "batch_size": batch_size, "max_length": max_length, "bf16": bf16, "training_examples": len(train_examples),
         "resumed_from_step": resumed_from,
     }  # fmt: skip
