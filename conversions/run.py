@@ -10,7 +10,8 @@ Each `conversions/<name>.json` is one published checkpoint:
       "convert": {keyword arguments of hf_norms.convert.convert: "norm_type", "options", "calibration_data",
                   "calibration_samples", "evaluation_data", "evaluation_samples", "max_length", ...},
       "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional),
-      "card": {keyword arguments of hf_norms.model_card.gather_card_facts: "base_model", "license", "notes", ...}
+      "card": {keyword arguments of hf_norms.model_card.gather_card_facts: "base_model", "license", "notes", ...},
+      "fine_tuning": {a record of `python -m benchmarks.finetune_from_stock ... --record`}   (optional)
     }
 
 Data arguments may name packaged data as `packaged:bbc_news:<train|test>:<count>` (the first `count` articles of
@@ -21,22 +22,31 @@ files); they are written once under `<work>/data/` as `<key>-<split>-<count>`, a
 the card maps to the Hub dataset. The checkpoint is built in `<work>/<name>` (kept, so `--render-only` re-renders the
 card from its report), the card is written to `model_cards/<name>.md`, and `--push` uploads the folder with the same
 card to `repo_id` (endpoint from `--endpoint` or `HF_ENDPOINT`, token from HF_TOKEN or `hf auth login`).
+
+A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the benchmark on a build of
+this recipe) is written into the built checkpoint's report before its card is rendered; when the weights are not those
+it was measured on (their sha256 differs), its description says so. `--threads N` sets torch's intra-op threads
+(healing budgets are in CPU time: one thread spends it most efficiently).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 from PIL import Image
 
 from hf_norms import packaged
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.healing import heal
+from hf_norms.conversion.report import read_report, record_fine_tuning
 from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import push_to_hub
 
@@ -72,8 +82,7 @@ def packaged_data(reference: str, data_dir: Path) -> str:
         if not target.is_file():
             train, test = packaged.split_train_test(packaged.bbc_news(), test_fraction=0.2, seed=0)
             texts = [" ".join(text.split()) for text, _ in (train if split == "train" else test)[:count]]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text("\n".join(texts) + "\n", encoding="utf-8")
+            write_atomically(target, "\n".join(texts) + "\n")
     elif key == "fashion_mnist":
         if not target.is_dir():
             images, _ = packaged.fashion_mnist(split, limit=count)
@@ -94,8 +103,7 @@ def out_of_domain_data(key: str, count: int, data_dir: Path) -> str:
     if key == "python_docs":
         target = target.with_suffix(".txt")
         if not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text("\n".join(packaged.python_docs_paragraphs(count)) + "\n", encoding="utf-8")
+            write_atomically(target, "\n".join(packaged.python_docs_paragraphs(count)) + "\n")
     elif key == "digits":
         if not target.is_dir():
             staging = target.with_name(f".{target.name}.partial")
@@ -106,6 +114,26 @@ def out_of_domain_data(key: str, count: int, data_dir: Path) -> str:
     else:
         raise SystemExit(f"Unknown out-of-domain data packaged:{key}:{count}: use python_docs or digits.")
     return str(target)
+
+
+def write_atomically(target: Path, text: str) -> None:
+    """Write `text` to a sibling file, then rename it to `target`: a run reading it at the same time never sees it
+    half written."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(target)
+
+
+def attach_fine_tuning(folder: Path, record: dict[str, Any]) -> None:
+    """Write the recipe's fine-tuning `record` into the report in `folder`, saying so when it was measured on other
+    weights than the folder's."""
+    weights = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    if record.get("weights_sha256") != weights:
+        record = {**record, "description": f"{record['description']} (measured on an earlier build of this recipe, "
+                  f"weights sha256 {record.get('weights_sha256', 'unknown')[:12]}, not on these weights)"}  # fmt: skip
+    if read_report(folder).get("fine_tuning") != record:
+        record_fine_tuning(folder, record)
 
 
 def with_data(arguments: dict[str, Any], data_dir: Path) -> dict[str, Any]:
@@ -136,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="rebuild checkpoints that exist")
     parser.add_argument("--push", action="store_true", help="upload each checkpoint with its card")
     parser.add_argument("--endpoint", help="Hub endpoint for --push (default: HF_ENDPOINT)")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     names = args.names or sorted(p.stem for p in RECIPES.glob("*.json"))
     CARDS.mkdir(exist_ok=True)
@@ -147,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{folder} is not built yet: run without --render-only first.")
         if not args.render_only:
             folder = build(name, recipe, args.work, args.overwrite)
+        if "fine_tuning" in recipe:
+            attach_fine_tuning(folder, recipe["fine_tuning"])
         card = model_card_for_folder(folder, recipe["repo_id"], **recipe.get("card", {}))
         (CARDS / f"{name}.md").write_text(str(card), encoding="utf-8")
         logging.info("%s: card written to %s", name, CARDS / f"{name}.md")

@@ -35,6 +35,8 @@ HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checke
 HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
 DEVICE_CHOICES = ("auto", "cpu", "cuda")  # = hf_norms.conversion.devices.DEVICE_CHOICES
 DEVICE_HELP = "auto (default): a CUDA GPU when torch sees one, else the CPU; choose GPUs with CUDA_VISIBLE_DEVICES"
+HEAL_TOKEN_WEIGHT = 1.0  # = hf_norms.conversion.healing.TOKEN_WEIGHT
+HEAL_HEAD_WEIGHT = 1.0  # = hf_norms.conversion.healing.HEAD_WEIGHT
 TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
 
 
@@ -150,9 +152,10 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
         help="distil a converted checkpoint from its LayerNorm original (Trainer, resumable)",
         description=(
             "Heal a checkpoint written by `hf-norms convert` by distillation from its LayerNorm original, through the "
-            "transformers Trainer: every layer's hidden states, the pooled final state's cosine and the logits. The "
-            "healed weights replace FOLDER's (or go to --output) and the report gains a `healed` stage. --data is "
-            "read as a stream. On several GPUs or CPU processes: torchrun --nproc_per_node N -m "
+            "transformers Trainer, the student in training mode with its dropout: every layer's hidden states, the "
+            "pooled final state's cosine, each token type's cosine, the [CLS] state and pooler output that stock heads "
+            "read, and the logits. The healed weights replace FOLDER's (or go to --output) and the report gains a "
+            "`healed` stage. --data is read as a stream. On several GPUs or CPU processes: torchrun --nproc_per_node N -m "
             "hf_norms.conversion.heal FOLDER --data ... (or accelerate launch -m hf_norms.conversion.heal ...)."
         ),
     )
@@ -173,6 +176,8 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-minutes", type=non_negative_float, help="stop (with a checkpoint to resume from) after this long"
     )
+    parser.add_argument("--max-cpu-minutes", type=non_negative_float,
+                        help="stop (with a checkpoint) after this much CPU time of the process, all threads")  # fmt: skip
     parser.add_argument("--batch-size", type=positive_int, default=8, help="examples per step and process")
     parser.add_argument("--max-length", type=positive_int, default=128, help="text: tokens per training window")
     parser.add_argument("--learning-rate", type=positive_float, default=2e-4)
@@ -181,6 +186,13 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
                         help="weight of the pooled final-state cosine term")  # fmt: skip
     parser.add_argument("--hidden-state-weight", type=non_negative_float, default=HEAL_HIDDEN_STATE_WEIGHT,
                         help="weight of the per-layer hidden-state terms (0: match the final states and logits only)")  # fmt: skip
+    parser.add_argument("--token-weight", type=non_negative_float, default=HEAL_TOKEN_WEIGHT,
+                        help="weight of the per-token cosine of the final states, averaged per token type "
+                        "([CLS], special, ordinary)")  # fmt: skip
+    parser.add_argument("--head-weight", type=non_negative_float, default=HEAL_HEAD_WEIGHT,
+                        help="weight of the [CLS] final state and pooler output errors (what stock heads read)")  # fmt: skip
+    parser.add_argument("--no-student-dropout", action="store_true",
+                        help="train the student without dropout (it then fine-tunes worse with dropout on)")  # fmt: skip
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bfloat16 autocast for both models' forward and the backward (float32 weights and "
                         "optimizer; default: on a CUDA GPU that supports it)")  # fmt: skip
@@ -213,6 +225,10 @@ def run_heal(args: argparse.Namespace) -> int:
         save_steps=args.save_steps,
         cosine_weight=args.cosine_weight,
         hidden_state_weight=args.hidden_state_weight,
+        token_weight=args.token_weight,
+        head_weight=args.head_weight,
+        student_dropout=not args.no_student_dropout,
+        max_cpu_minutes=args.max_cpu_minutes,
         bf16=args.bf16,
         device=args.device,
         data_config=args.data_config,

@@ -409,6 +409,7 @@ def heal(
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
             "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
             "threads": torch.get_num_threads(), "loss": loss_description(**weights, student_dropout=student_dropout),
+            "student_dropout": student_dropout,
             "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length, "bf16": bf16,
             "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
             "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,

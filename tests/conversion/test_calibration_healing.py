@@ -12,6 +12,7 @@ from test_convert import save_images
 from transformers import (
     AutoTokenizer,
     BertConfig,
+    BertForMaskedLM,
     BertForSequenceClassification,
     ViTConfig,
     ViTForImageClassification,
@@ -20,9 +21,10 @@ from transformers import (
 
 from hf_norms import cli
 from hf_norms.conversion import healing
+from hf_norms.conversion.calibration import calibrate_pooler
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert
-from hf_norms.conversion.data import Examples, encode_batches, load_examples, token_type_masks
+from hf_norms.conversion.data import Examples, encode_batches, load_examples, model_inputs, token_type_masks
 from hf_norms.conversion.elementwise_fit import ERF, TANH, fit_elementwise, fit_loss_and_gradients
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
 from hf_norms.conversion.sources import sentence_transformers_files
@@ -322,3 +324,29 @@ def test_healing_trains_the_student_with_its_dropout_and_stops_on_cpu_time(tiny_
     assert not [p for training, p in calls if training and p > 0] and "without dropout" in report["healing"]["loss"]
     tokens = report["stages"]["healed"]["token_cosine"]
     assert set(tokens) == {"prefix", "special", "ordinary"} and all(-1 <= v <= 1 for v in tokens.values())
+
+
+def test_the_pooler_is_refitted_to_what_the_original_pooler_computed(tiny_bert_dir, news_files):
+    """The student's final states are the teacher's scaled by 0.3 (its last norm's affine scaled): a stock head reads
+    a pooler output of another scale until `calibrate_pooler` refits the pooler's dense layer."""
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    config = BertConfig.from_pretrained(tiny_bert_dir, num_labels=3)
+    teacher = BertForSequenceClassification.from_pretrained(tiny_bert_dir, config=config).eval()
+    student = BertForSequenceClassification.from_pretrained(tiny_bert_dir, config=config).eval()
+    student.load_state_dict(teacher.state_dict())  # the same new pooler and head
+    last_norm = student.bert.encoder.layer[-1].output.LayerNorm
+    with torch.no_grad():
+        last_norm.weight.mul_(0.3), last_norm.bias.mul_(0.3)
+    texts = load_examples(news_files / "healing.txt", "text")
+    fit, held_out = (encode_batches(tokenizer, texts.take(start, 32), 16, 32) for start in (0, 32))
+
+    def pooler_error() -> float:
+        with torch.no_grad():
+            pairs = [[model.bert(**model_inputs(b)).pooler_output for model in (student, teacher)] for b in held_out]
+        return sum((s - t).pow(2).sum().item() for s, t in pairs) / sum(t.pow(2).sum().item() for _, t in pairs)
+
+    before = pooler_error()
+    fitted = calibrate_pooler(student, teacher, fit)
+    assert before > 0.1 and fitted < 0.01 and pooler_error() < before / 10, (before, fitted, pooler_error())
+    assert calibrate_pooler(BertForMaskedLM(config), teacher, fit) is None  # no pooler, nothing refitted

@@ -644,3 +644,47 @@ def test_a_hub_dataset_is_loaded_with_the_token(monkeypatch):
     monkeypatch.setattr(data_module.datasets, "load_dataset", lambda *args, **kwargs: calls.append((args, kwargs)))
     data_module.load_dataset_source("org/news", "default", token="hf_dataset-token-2024")
     assert calls == [(("org/news", "default"), {"token": "hf_dataset-token-2024"})]
+
+
+def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_healed_with_it(
+    tiny_bert_dir, news_csv, tmp_path, caplog
+):
+    """A LayerNorm BERT (dropout 0.1) fine-tuned as DyT is calibrated and trained without dropout, which it never
+    learned to absorb; the user's dropout or `normalization_free_defaults=False` wins; a DyT checkpoint healed with its
+    dropout keeps it; the from-scratch path is left alone."""
+    from hf_norms.conversion.convert import convert
+    from hf_norms.conversion.healing import heal
+
+    csv_path = news_csv("news_dropout", {"text": lambda i, t, label: t, "label": lambda i, t, label: label})
+
+    def dropout(output: str, **arguments) -> tuple[float, float]:
+        model_args = ModelArguments(**{"model_name_or_path": str(tiny_bert_dir), "norm_type": "dyt", **arguments})
+        config = finetune(
+            model_args, text_data(csv_path), training_args(tmp_path / output, max_steps=1)
+        ).trainer.model.config
+        return config.hidden_dropout_prob, config.attention_probs_dropout_prob
+
+    with caplog.at_level("WARNING"):
+        assert dropout("calibrated") == (0.0, 0.0)
+    assert "fine-tuning without dropout (hidden_dropout_prob, attention_probs_dropout_prob set to 0)" in caplog.text
+    assert dropout("explicit", config_overrides="hidden_dropout_prob=0.1") == (0.1, 0.0)
+    assert dropout("kept", normalization_free_defaults=False) == (0.1, 0.1)
+    texts = [text for text, _ in packaged.bbc_news()[:24]]
+    convert(tiny_bert_dir, "dyt", tmp_path / "dyt", calibration_data=texts, calibration_samples=16, max_length=32)
+    assert dropout("converted", model_name_or_path=str(tmp_path / "dyt"), norm_type=None) == (0.0, 0.0)
+    heal(
+        tmp_path / "dyt",
+        texts[:16],
+        evaluation_data=texts[16:],
+        max_steps=1,
+        batch_size=4,
+        max_length=32,
+        progress=False,
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert dropout("healed", model_name_or_path=str(tmp_path / "dyt"), norm_type=None) == (0.1, 0.1)
+    assert "keeping the config's dropout, the checkpoint was healed with it" in caplog.text
+    scratch = tiny_model_args("bert", "dyt", extra=",hidden_dropout_prob=0.1", minilm_dir=tiny_bert_dir)
+    model = finetune(scratch, text_data(csv_path), training_args(tmp_path / "scratch", max_steps=1)).trainer.model
+    assert model.config.hidden_dropout_prob == 0.1
