@@ -193,9 +193,10 @@ def add_heal(subparsers: argparse._SubParsersAction) -> None:
                         help="weight of the [CLS] final state and pooler output errors (what stock heads read)")  # fmt: skip
     parser.add_argument("--no-student-dropout", action="store_true",
                         help="train the student without dropout (it then fine-tunes worse with dropout on)")  # fmt: skip
-    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+    parser.add_argument("--bf16", action="store_const", const=True, default=None,
                         help="bfloat16 autocast for both models' forward and the backward (float32 weights and "
                         "optimizer; default: on a CUDA GPU that supports it)")  # fmt: skip
+    parser.add_argument("--no-bf16", dest="bf16", action="store_const", const=False, help="float32 on a GPU too")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help=DEVICE_HELP)
     parser.add_argument("--eval-data", help="evaluation data, when the report's cannot be reloaded")
     parser.add_argument("--ood-evaluation-data", "--ood-eval-data", help="out-of-domain evaluation data, when the report's cannot be "
