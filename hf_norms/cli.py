@@ -231,7 +231,10 @@ FINETUNE_TRAINER_OPTIONS: dict[str, tuple[Any, str]] = {
     "bf16": (False, "bfloat16 mixed precision"),
     "seed": (42, "random seed of the initialisation and the data order"),
     "resume_from_checkpoint": (None, "a checkpoint folder, or `last` for the newest one in --output_dir"),
-    "push_to_hub": (False, "push the model to the Hub when it is saved (token: --hub_token or HF_TOKEN)"),
+    "push_to_hub": (
+        False,
+        "publish the finished model once, after evaluation, with its card (--hub_token or HF_TOKEN)",
+    ),
     "hub_model_id": (None, "the repo --push_to_hub pushes to (default: the name of --output_dir)"),
 }
 
@@ -265,7 +268,7 @@ def run_finetune(arguments: list[str]) -> int:
 def finetune_help_parser() -> argparse.ArgumentParser:
     """A parser whose help is `hf-norms finetune --help`: the options of `ModelArguments` and `DataArguments` (their
     help and defaults), then `FINETUNE_TRAINER_OPTIONS`. It only renders help; transformers parses a real run."""
-    from .training.arguments import DataArguments, ModelArguments
+    from .training.arguments import DataArguments, ModelArguments, OutputArguments
 
     parser = OneLineParser(
         prog="hf-norms finetune",
@@ -276,7 +279,7 @@ def finetune_help_parser() -> argparse.ArgumentParser:
             "logging_steps, gradient_accumulation_steps, ...): `hf-norms finetune --help-all` lists them all."
         ),
     )
-    for title, arguments in (("model", ModelArguments), ("data", DataArguments)):
+    for title, arguments in (("model", ModelArguments), ("data", DataArguments), ("output", OutputArguments)):
         group = parser.add_argument_group(f"{title} options ({arguments.__name__})")
         types = typing.get_type_hints(arguments)
         for field in dataclasses.fields(arguments):
@@ -349,33 +352,40 @@ def run_push(args: argparse.Namespace) -> int:
     import json
     import logging
 
+    from huggingface_hub import get_token
+
     from .hub.publish import push_to_hub
+    from .hub.redaction import redact, tokens_redacted
 
     check_push_order(args.repo_id, args.local_path)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    result = push_to_hub(
-        args.local_path,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        endpoint=args.endpoint,
-        token=args.token,
-        include=args.include,
-        exclude=args.exclude,
-        include_skipped=args.include_skipped,
-        delete_patterns=args.delete,
-        dry_run=args.dry_run,
-        base_model=args.base_model,
-        license=args.license,
-        datasets=args.dataset,
-        training_dataset=args.training_dataset,
-        notes=args.note,
-    )
-    if isinstance(result, list):
-        print(json.dumps({"files": result}, indent=1))
-    else:
-        print(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
+    # hf-norms' own INFO lines (what is skipped, what is uploaded); other libraries' from WARNING (httpx logs every
+    # request at INFO)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    logging.getLogger("hf_norms").setLevel(logging.INFO)
+    with tokens_redacted(args.token, get_token()):  # in the error line too, wherever the token came from
+        result = push_to_hub(
+            args.local_path,
+            args.repo_id,
+            private=args.private,
+            revision=args.revision,
+            commit_message=args.commit_message,
+            endpoint=args.endpoint,
+            token=args.token,
+            include=args.include,
+            exclude=args.exclude,
+            include_skipped=args.include_skipped,
+            delete_patterns=args.delete,
+            dry_run=args.dry_run,
+            base_model=args.base_model,
+            license=args.license,
+            datasets=args.dataset,
+            training_dataset=args.training_dataset,
+            notes=args.note,
+        )
+        if isinstance(result, list):
+            print(redact(json.dumps({"files": result}, indent=1)))
+        else:
+            print(redact(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})"))
     return 0
 
 
@@ -402,7 +412,7 @@ def add_hub(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=port_number, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--token", action="append", help="accepted bearer token (repeatable; default: any token)")
     parser.add_argument("--user", default=None, help="user name the tokens authenticate as")
-    parser.set_defaults(run=run_hub)
+    parser.set_defaults(run=run_hub, uses_models=False)  # the server needs neither torch nor transformers
 
 
 def run_hub(args: argparse.Namespace) -> int:
@@ -465,10 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
         return run_finetune(argv[1:])
     args = build_parser().parse_args(argv)
-    from . import register_auto_classes
-
     with handled_errors(f"hf-norms {args.command}") as outcome:
-        register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (see __init__.py)
+        if getattr(args, "uses_models", True):  # `hub` does not: importing the models imports torch and transformers
+            from . import register_auto_classes
+
+            register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (__init__.py)
         outcome.status = args.run(args) or 0
     return outcome.status
 

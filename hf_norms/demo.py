@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .hub.server import HubServer
+from .output_folders import ClaimedFolder, Marker, OutputFolderError, claim_folder
 
 DEMO_ORG = "hf-norms-demo"
 DEMO_TOKEN = "hf_norms_demo_token"
+DEMO_WRITES = ("hub", "hf_home", "*.txt", "*.inputs.pt", "all-MiniLM-L6-v2-*", "dinov2-small-*")  # in --workdir
 
 BLOCK_HF_NORMS = textwrap.dedent(
     """
@@ -157,7 +159,7 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
 
     transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()
-    workdir.mkdir(parents=True, exist_ok=True)
+    claimed = claim_demo_folder(workdir)
     hub = None if endpoint else HubServer(workdir / "hub").start()
     endpoint = endpoint or hub.url
     try:
@@ -202,3 +204,12 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
     finally:
         if hub is not None:
             hub.stop()
+        claimed.record()
+
+
+def claim_demo_folder(workdir: Path) -> ClaimedFolder:
+    """The demo's folder: a new or empty one, or one an earlier demo wrote (`output_folders.claim_folder`)."""
+    earlier = Marker.read(workdir) if workdir.is_dir() else None
+    if earlier is not None and earlier.command != "demo":
+        raise OutputFolderError(f"--workdir {workdir} holds an hf-norms {earlier.command} run; give a new folder.")
+    return claim_folder(workdir, command="demo", writes=DEMO_WRITES, resume=True, what="--workdir").take()

@@ -7,6 +7,7 @@ status 2 on the command line); other `HfNormsError`s are failures of a step that
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Iterator
@@ -27,11 +28,40 @@ class InputError(HfNormsError, ValueError):
     exit_code = 2
 
 
+class ArgumentTypeError(InputError, TypeError):
+    """A Python API argument of the wrong type (`convert(None, ...)`): a `TypeError` that is also an input error."""
+
+
+def require_type(name: str, value: object, kinds: type | tuple[type, ...], expected: str) -> None:
+    """Raise `ArgumentTypeError` unless `value` is an instance of `kinds` (a bool is never taken for a number)."""
+    if not isinstance(value, kinds) or (
+        isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,))
+    ):
+        raise ArgumentTypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r:.60}.")
+
+
 def one_line(error: BaseException) -> str:
     """The last line of an error's message: where a validation error wraps the reason (as transformers' strict
     configs do: "Class validation error for validator ...:\n    ValueError: <reason>"), the reason."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
+
+
+# Errors of the operating system that say a path the user gave cannot be used as it is.
+PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES,
+                         errno.EPERM, errno.EROFS})  # fmt: skip
+
+
+def path_error(error: BaseException) -> str | None:
+    """The one-line message for an error that a path the user gave causes (too long, a link loop, missing, not
+    writable, ...), or None for any other error."""
+    if isinstance(error, RuntimeError) and str(error).startswith("Symlink loop"):  # pathlib before Python 3.13
+        return f"{error}: a symbolic link leads to itself; give another path."
+    if not isinstance(error, OSError) or error.errno not in PATH_ERRNOS or error.filename is None:
+        return None
+    name = str(error.filename)
+    name = name if len(name) <= 160 else f"{name[:80]}...{name[-80:]}"
+    return f"{error.strerror}: {name}; check the path."
 
 
 @dataclass
@@ -55,6 +85,8 @@ def handled_errors(program: str) -> Iterator[Outcome]:
             raise
         if isinstance(error, HfNormsError):
             message, outcome.status = " ".join(str(error).split()), error.exit_code
+        elif path_error(error):
+            message, outcome.status = path_error(error), InputError.exit_code
         else:
             message = f"{type(error).__name__}: {one_line(error)} ({DEBUG_VARIABLE}=1 shows the traceback)"
             outcome.status = 1

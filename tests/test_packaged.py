@@ -3,7 +3,9 @@ onnxruntime), BBC News, Fashion-MNIST and photos."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,3 +163,35 @@ def test_missing_packages_name_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setattr(packaged, "FASHION_MNIST_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="apt-get install -y dataset-fashion-mnist"):
         packaged.fashion_mnist("test")
+
+
+def not_installed(monkeypatch, module: str) -> None:
+    """Make `import module` (and its submodules) raise ModuleNotFoundError in this test, as when it is not installed."""
+    for name in [name for name in sys.modules if name.startswith(f"{module}.")] + [module]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize(
+    ("module", "install", "call"),
+    [
+        ("skimage", "pip install scikit-image==0.26.0", packaged.photos),
+        ("sklearn", "pip install scikit-learn==1.9.1", packaged.photos),
+        ("sklearn", "pip install scikit-learn==1.9.1", packaged.digits),
+        ("onnx", "pip install onnx==1.23.2", packaged.dinov2_small_path),
+    ],
+)
+def test_a_missing_optional_package_is_one_line_naming_its_install(monkeypatch, tmp_path, module, install, call):
+    monkeypatch.setenv("HF_NORMS_CACHE", str(tmp_path))
+    not_installed(monkeypatch, module)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        call()
+    message = str(raised.value)
+    assert raised.value.name == module and "\n" not in message
+    assert f"packaged.{call.__name__}()" in message and f"`{install}`" in message
+    assert list(tmp_path.iterdir()) == []  # nothing half-built
+
+
+def test_the_install_commands_pin_the_test_extras():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    for command in (packaged.SCIKIT_IMAGE_PIP, packaged.SCIKIT_LEARN_PIP, packaged.ONNX_PIP):
+        assert f'"{command.removeprefix("pip install ")}"' in pyproject, command

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import struct
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,8 +202,10 @@ def _pickle_keys(path: Path) -> set[str]:
 def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """`{tensor name: shape}` of a safetensors file, after checking that its header parses and its data is all there.
 
-    Layout: 8-byte little-endian header length N, N bytes of JSON `{name: {dtype, shape, data_offsets}}`, then the
-    data, whose size must equal the largest end offset, and each tensor's byte range must fit its dtype and shape.
+    Layout: 8-byte little-endian header length N, N bytes of JSON `{name: {dtype, shape, data_offsets}}` (and an
+    optional `__metadata__` object of strings), then the data. Each entry must have a known dtype, a shape of
+    non-negative integers and integer offsets whose range fits that dtype and shape; the ranges must tile the data
+    section without gap or overlap, as the safetensors library requires.
     """
     if not path.is_file():
         raise ConversionError(f"{path} is missing; the checkpoint is incomplete, re-download it.")
@@ -218,31 +221,52 @@ def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
             )
         try:
             header = json.loads(stream.read(header_size))
-        except ValueError as error:
-            raise ConversionError(f"{path} has a corrupt safetensors header ({error}); re-download it.") from None
+        except (ValueError, RecursionError) as error:  # RecursionError: arrays nested thousands deep
+            reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            raise ConversionError(f"{path} has a corrupt safetensors header ({reason}); re-download it.") from None
     if not isinstance(header, dict):
         raise ConversionError(f"{path} has a safetensors header that is not a JSON object; the file is corrupt.")
-    tensors = {name: info for name, info in header.items() if name != "__metadata__"}
-    data_size = size - 8 - header_size
-    end, shapes = 0, {}
-    for name, info in tensors.items():
-        try:
-            start, stop = info["data_offsets"]
-            shape = tuple(int(dim) for dim in info["shape"])
-            expected = math.prod(shape) * DTYPE_SIZES[info["dtype"]]
-        except (KeyError, TypeError, ValueError) as error:
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ConversionError(f"{path}: its __metadata__ is not an object of strings; the file is corrupt.")
+    ranges, shapes = [], {}
+    for name, info in header.items():
+        if name != "__metadata__":
+            shapes[name], start, stop = _header_entry(path, name, info)
+            ranges.append((start, stop, name))
+    end = 0
+    for start, stop, name in sorted(ranges):
+        if start != end:
             raise ConversionError(
-                f"{path}: tensor {name!r} has a corrupt header entry ({error}); re-download it."
-            ) from None
-        if stop - start != expected or start < 0 or min(shape, default=0) < 0:
-            raise ConversionError(f"{path}: tensor {name!r} has inconsistent offsets; the file is corrupt.")
-        end, shapes[name] = max(end, stop), shape
-    if end != data_size:
+                f"{path}: tensor {name!r} {'overlaps another' if start < end else 'leaves a gap'} in the data; "
+                "the file is corrupt."
+            )
+        end = stop
+    if end != size - 8 - header_size:
         raise ConversionError(
             f"{path} is truncated or corrupt: its header describes {end} bytes of tensor data, the file holds "
-            f"{data_size}; re-download it."
+            f"{size - 8 - header_size}; re-download it."
         )
     return shapes
+
+
+def _header_entry(path: Path, name: str, info) -> tuple[tuple[int, ...], int, int]:
+    """(shape, start, stop) of one header entry, refused when any part is malformed."""
+
+    def integers(value) -> bool:
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+    offsets, shape = (info.get("data_offsets"), info.get("shape")) if isinstance(info, dict) else (None, None)
+    dtype = info.get("dtype") if isinstance(info, dict) else None
+    if not (integers(offsets) and len(offsets) == 2 and integers(shape) and dtype in DTYPE_SIZES):
+        raise ConversionError(
+            f"{path}: tensor {name!r} has a corrupt header entry (dtype, shape and data_offsets must be a known dtype "
+            "and lists of integers); re-download it."
+        )
+    start, stop = offsets
+    if start < 0 or min(shape, default=0) < 0 or stop - start != math.prod(shape) * DTYPE_SIZES[dtype]:
+        raise ConversionError(f"{path}: tensor {name!r} has inconsistent offsets; the file is corrupt.")
+    return tuple(shape), start, stop
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -251,31 +275,21 @@ def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
 NORM_WEIGHTS = ("LayerNorm.weight", "layernorm.weight", "layernorm_before.weight", "norm1.weight")
-POSITIVE_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+POSITIVE_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                  "max_position_embeddings", "type_vocab_size", "patch_size", "num_channels", "encoder_stride",
+                  "num_labels")  # fmt: skip
+PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "drop_path_rate")
+NEW_PARAMETERS_ALLOWED = 10**6  # parameters a model may add to its checkpoint's beyond doubling it (a new head)
 
 
 def check_source_config(folder: Path, shapes: dict[str, tuple[int, ...] | None]) -> dict:
-    """The checkpoint's `config.json`, after checking it describes a model that fits its weights' headers.
-
-    Sizes must be positive integers, the heads must divide the hidden size and `layer_norm_eps` must be a positive
-    number; the number of layers and the norms' width must match the tensors stored (so a config that asks for a
-    million layers is refused before anything is allocated). Returns the config.
-    """
+    """The checkpoint's `config.json`, after checking its values (`check_config_values`) and that the number of layers
+    and the norms' width match the tensors stored, so a config that asks for a million layers is refused before
+    anything is allocated. Returns the config."""
     config = read_json_object(folder / "config.json", "the checkpoint's config must be a JSON object")
     where = folder / "config.json"
-    for key in POSITIVE_SIZES:
-        value = config.get(key)
-        if key in config and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-            raise ConversionError(f"{where}: {key} must be a positive integer, got {value!r}.")
-    if config.get("hidden_size") and config.get("num_attention_heads"):
-        if config["hidden_size"] % config["num_attention_heads"]:
-            raise ConversionError(
-                f"{where}: hidden_size {config['hidden_size']} is not divisible by num_attention_heads "
-                f"{config['num_attention_heads']}."
-            )
-    eps = config.get("layer_norm_eps", 1e-12)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
-        raise ConversionError(f"{where}: layer_norm_eps must be a small positive number, got {eps!r}.")
+    check_config_values(config, where)
+    check_size_fields(config, shapes, where)
     layers = {int(match.group(1)) for name in shapes if (match := LAYER_INDEX.search(name))}
     if "num_hidden_layers" in config and layers != set(range(config["num_hidden_layers"])):
         stored = f"layers 0-{max(layers)}" if layers else "no layers"
@@ -290,3 +304,163 @@ def check_source_config(folder: Path, shapes: dict[str, tuple[int, ...] | None])
                 "config does not belong to these weights."
             )
     return config
+
+
+def check_size_fields(config: dict, shapes: dict[str, tuple[int, ...] | None], where: str | Path) -> None:
+    """Refuse, from the numbers alone, a size field whose table (`vocab_size`, `max_position_embeddings`,
+    `num_labels`, ... rows of `hidden_size`) would hold more parameters than the model may add to its weights
+    (`NEW_PARAMETERS_ALLOWED` beyond doubling them); `check_model_fits` makes the exact count later. Even building the
+    config of `num_labels=10**6` takes seconds (its label names are formatted, and logged)."""
+    if not shapes or any(shape is None for shape in shapes.values()) or not config.get("hidden_size"):
+        return
+    stored = sum(math.prod(shape) for shape in shapes.values())
+    for key in ("vocab_size", "max_position_embeddings", "type_vocab_size", "num_labels"):
+        rows = config.get(key, 0)
+        if isinstance(rows, int) and rows * config["hidden_size"] > 2 * stored + NEW_PARAMETERS_ALLOWED:
+            raise ConversionError(
+                f"{where} says {key}={rows}: a table of {rows} x {config['hidden_size']} parameters, more than the "
+                f"{stored:,} the weights hold; the config does not belong to these weights."
+            )
+
+
+def check_config_values(config: dict, where: str | Path) -> None:
+    """Refuse a config whose values no model can be built from: sizes that are not positive integers, heads that do
+    not divide the hidden size, a `layer_norm_eps` that is not a small positive number, dropout probabilities outside
+    [0, 1), an activation transformers does not have, labels (`id2label`) that disagree with `num_labels`."""
+
+    def positive_int(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    for key in (*POSITIVE_SIZES, "image_size"):
+        value = config.get(key)
+        sizes = value if key == "image_size" and isinstance(value, list) and value else [value]
+        if key in config and value is not None and not all(positive_int(size) for size in sizes):
+            raise ConversionError(f"{where}: {key} must be a positive integer, got {value!r}.")
+    if config.get("hidden_size") and config.get("num_attention_heads"):
+        if config["hidden_size"] % config["num_attention_heads"]:
+            raise ConversionError(
+                f"{where}: hidden_size {config['hidden_size']} is not divisible by num_attention_heads "
+                f"{config['num_attention_heads']}."
+            )
+    eps = config.get("layer_norm_eps", 1e-12)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
+        raise ConversionError(f"{where}: layer_norm_eps must be a small positive number, got {eps!r}.")
+    for key in PROBABILITIES:
+        value = config.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1):
+            raise ConversionError(f"{where}: {key} must be a probability in [0, 1), got {value!r}.")
+    check_activation(config.get("hidden_act", "gelu"), where)
+    check_labels(config, where)
+
+
+def check_activation(name, where: str | Path) -> None:
+    from transformers.activations import ACT2FN
+
+    if not isinstance(name, str) or name not in ACT2FN:
+        raise ConversionError(
+            f"{where}: hidden_act {name!r} is not an activation transformers has; use one of "
+            f"{', '.join(sorted(ACT2FN)[:8])}, ..."
+        )
+
+
+def check_labels(config: dict, where: str | Path) -> None:
+    """`id2label` maps 0..n-1 to names, with n = `num_labels` where both are given."""
+    id2label = config.get("id2label")
+    if id2label is None:
+        return
+    if not isinstance(id2label, dict) or sorted(map(str, id2label)) != sorted(map(str, range(len(id2label)))):
+        raise ConversionError(f"{where}: id2label must map the class indices 0, 1, ... to names.")
+    if "num_labels" in config and config["num_labels"] != len(id2label):
+        raise ConversionError(
+            f"{where}: id2label names {len(id2label)} classes but num_labels is {config['num_labels']}; make them "
+            "agree (or remove num_labels)."
+        )
+
+
+def check_model_fits(model_class, config, stored: dict[str, tuple[int, ...] | None] | None, where: str) -> None:
+    """Refuse, before any memory is allocated, a model that `config` would make too large: larger in float32 than this
+    machine's memory, or, with `stored` (the checkpoint's tensor shapes), more than twice the parameters stored plus a
+    new head's worth (`NEW_PARAMETERS_ALLOWED`), as `max_position_embeddings=10**7` or `num_labels=10**6` would.
+    The model is built on the meta device, which holds shapes and no data."""
+    import torch
+
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    attention = config.num_hidden_layers * 4 * config.hidden_size**2  # fewer parameters than the model has
+    if 4 * attention > memory:
+        raise ConversionError(_too_large(where, attention, memory, "at least"))
+    with torch.device("meta"):
+        model = model_class(config)
+    count = sum(parameter.numel() for parameter in model.parameters())
+    if 4 * count > memory:
+        raise ConversionError(_too_large(where, count, memory))
+    stored_count = sum(math.prod(shape) for shape in (stored or {}).values() if shape is not None)
+    known = bool(stored) and all(shape is not None for shape in stored.values())  # a pickle's shapes are not read
+    if known and count > 2 * stored_count + NEW_PARAMETERS_ALLOWED:
+        shapes = {shape for shape in stored.values()}
+        name, parameter = max(
+            ((n, p) for n, p in model.named_parameters() if tuple(p.shape) not in shapes),
+            key=lambda item: item[1].numel(),
+        )
+        raise ConversionError(
+            f"{where} describes a model of {count:,} parameters, but the weights hold {stored_count:,} (e.g. {name} "
+            f"would be {list(parameter.shape)}): the config does not belong to these weights."
+        )
+
+
+def _too_large(where: str, count: int, memory: int, bound: str = "") -> str:
+    return (
+        f"{where} describes a model of {bound + ' ' if bound else ''}{count:,} parameters, {4 * count / 2**30:.1f} GiB "
+        f"in float32, more than this machine's {memory / 2**30:.1f} GiB of memory; check the sizes in the config."
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Trainer checkpoints to resume from
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_trainer_checkpoint(checkpoint: Path, model) -> None:
+    """Refuse to resume from a Trainer `checkpoint` folder that is not `model`'s: a `trainer_state.json` that is not a
+    readable state, weights that are truncated or corrupt or do not have `model`'s tensor names and shapes (another
+    norm_type's, another size's), a config whose norms differ, or an optimizer state that is not a complete file."""
+    fix = "remove that checkpoint folder, or start again without resuming"
+    state = read_json_object(checkpoint / "trainer_state.json", fix)
+    if not isinstance(state.get("global_step"), int) or state["global_step"] < 0:
+        raise ConversionError(f"{checkpoint / 'trainer_state.json'} has no global_step; {fix}.")
+    config = read_json_object(checkpoint / "config.json", fix)
+    for option, default in (("norm_type", "layernorm"), ("layer_norm_types", None)):
+        if config.get(option, default) != getattr(model.config, option, default):
+            raise ConversionError(
+                f"{checkpoint} holds a model with {option}={config.get(option)!r}, but this run trains "
+                f"{getattr(model.config, option, None)!r}: it belongs to another run; {fix}."
+            )
+    try:
+        stored = check_weights(checkpoint, allow_pickle=False)[1]
+    except ConversionError as error:
+        raise ConversionError(f"{error} (in the checkpoint to resume from: {fix})") from None
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    tied = _tied_names(model)
+    wrong = sorted(name for name in stored if expected.get(name) != stored[name])
+    missing = sorted(name for name in expected.keys() - stored.keys() if not (tied.get(name, set()) & stored.keys()))
+    if wrong or missing:
+        raise ConversionError(
+            f"{checkpoint} does not hold this model's weights ({listing_of(wrong, 'unexpected or of another shape')}"
+            f"{'; ' if wrong and missing else ''}{listing_of(missing, 'missing')}): it belongs to another run; {fix}."
+        )
+    optimizer = checkpoint / "optimizer.pt"
+    if optimizer.exists() and not zipfile.is_zipfile(optimizer):
+        raise ConversionError(f"{optimizer} is truncated or corrupt; {fix}.")
+
+
+def _tied_names(model) -> dict[str, set[str]]:
+    """For each state-dict name, the other names that share its storage (tied weights are saved once)."""
+    groups: dict[int, set[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(tensor.data_ptr(), set()).add(name)
+    return {name: group - {name} for group in groups.values() for name in group}
+
+
+def listing_of(names: list[str], what: str) -> str:
+    if not names:
+        return ""
+    return f"{what}: {', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,11 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
-from ..errors import one_line
+from ..errors import one_line, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES, function_preserving_options
+from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import ConversionError, resolve_source
@@ -43,16 +45,17 @@ from .downstream import DownstreamChecks, check_out_of_domain, local_data, with_
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
-from .output_folders import check_output_location, check_replaceable, staged_output
 from .report import write_report
 from .sources import (
     SourceModel,
     copy_sentence_transformers_files,
     describe_model,
     inspect_source,
+    link_root,
     load_processor,
     load_teacher,
     quiet_transformers,
+    sentence_transformers_files,
 )
 
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -194,6 +197,8 @@ def convert_model(
     stage is also measured on `ood_evaluation_data` (`"packaged"`: Python documentation paragraphs / scikit-learn
     digits) and by a linear probe on `probe_data` (`"packaged"`: BBC News topics / Fashion-MNIST), see `downstream`.
     """
+    require_type("model", model, nn.Module, "a transformers model object (to convert a folder, use hf_norms.convert)")
+    require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
     max_length = fitting_max_length(model.config, max_length)  # the evaluation record says what was used
@@ -337,6 +342,9 @@ def convert(
     there for `options` and the data). `output` is checked before any work (`output_folders`); the source, the data
     and the working directory are never written. Returns the report that is also written beside the checkpoint.
     """
+    require_type("source", source, (str, os.PathLike), "a checkpoint folder or a Hub id")
+    require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
+    require_type("output", output, (str, os.PathLike), "the folder to write")
     checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
     source_model = inspect_source(checkpoint)
     norm_options(norm_type, options)  # refuse a wrong norm_type or option before anything is loaded
@@ -345,8 +353,9 @@ def convert(
     protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
                                                               evaluation_data=evaluation_data),
                  **data_places(**local_data(ood_evaluation_data=ood_evaluation_data))}  # fmt: skip
-    target = check_output_location(Path(output), protected)
-    check_replaceable(target, overwrite)  # before the slow part; `staged_output` checks again
+    planned = PlannedOutput.check(output, overwrite, protected)  # before the slow part; checked again at the move
+    # the sentence-transformers files are copied at the end: a link out of the source is refused now
+    checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path), link_root(checkpoint))
 
     processor = load_processor(checkpoint.path, source_model.modality)
     teacher = load_teacher(checkpoint, source_model)
@@ -360,10 +369,10 @@ def convert(
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
     report["source_revision"] = checkpoint.revision
-    with staged_output(target, overwrite=overwrite, protected=protected) as staging:
-        save_checkpoint(student, processor, staging)
-        copy_sentence_transformers_files(checkpoint.path, staging)
-        write_report(staging, report)
+    with planned.staged("convert") as staging:
+        save_checkpoint(student, processor, staging.path)
+        copy_sentence_transformers_files(checkpoint.path, staging.path, link_root(checkpoint))
+        write_report(staging.path, report)
     return report
 
 

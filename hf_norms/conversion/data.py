@@ -85,7 +85,13 @@ def _load_path(path: Path, modality: str) -> Examples:
             raise ConversionError(f"Data file {path} is not a .txt file (one text per line).")
         if modality != "text":
             raise ConversionError(f"{path} holds texts, but this model takes images: give a folder of images.")
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError as error:
+            raise ConversionError(
+                f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}): give a "
+                "UTF-8 .txt file with one text per line."
+            ) from None
         if not lines:
             raise ConversionError(f"{path} holds no text lines.")
         return Examples(lines, str(path), modality)
@@ -105,8 +111,13 @@ def _load_path(path: Path, modality: str) -> Examples:
     from PIL import Image
 
     def load(file: Path) -> Image.Image:
-        with Image.open(file) as image:
-            return image.convert("RGB")
+        try:
+            with Image.open(file) as image:
+                return image.convert("RGB")
+        except (OSError, ValueError, Image.DecompressionBombError) as error:  # UnidentifiedImageError is an OSError
+            raise ConversionError(
+                f"{file} is not a readable image ({error}); remove it from {path} or fix it."
+            ) from None
 
     return Examples([load(file) for file in files], str(path), modality)
 

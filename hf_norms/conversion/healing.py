@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,9 +37,31 @@ import torch.nn.functional as F
 import transformers
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
+from ..errors import require_type
 from ..models.auto_registration import MODEL_CLASSES
-from .checkpoint_io import ConversionError, resolve_source
+from ..output_folders import (
+    ClaimedFolder,
+    Marker,
+    PlannedOutput,
+    check_output_location,
+    checkpoint_files,
+    claim_folder,
+    copy_checkpoint_files,
+    foreign_entries,
+    record_on_save,
+    remove_written_files,
+    resolved,
+)
+from .checkpoint_io import (
+    ConversionError,
+    check_model_fits,
+    check_source_config,
+    check_trainer_checkpoint,
+    check_weights,
+    resolve_source,
+)
 from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
 from .data import (
     SPECIAL_TOKENS_MASK,
@@ -54,7 +76,6 @@ from .data import (
 )
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity, pooled
-from .output_folders import check_output_location, check_replaceable, make_marked_folder, marker_pid, staged_output
 from .report import REPORT_JSON, read_report, write_report
 from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
 
@@ -308,12 +329,15 @@ def heal(
     probe checks (`downstream`) are made again on the healed model, on their recorded data or on
     `ood_evaluation_data` / `probe_data`; given without such a record, they are made on the healed model only.
     """
+    require_type("folder", folder, (str, os.PathLike), "the folder `hf-norms convert` wrote")
+    if data is None:
+        raise ConversionError("heal needs data to distil on (--data): a .txt file, a folder of images or a dataset.")
     check_counts(max_steps=max_steps, batch_size=batch_size, max_length=max_length, save_steps=save_steps,
                  **({"samples": samples} if samples is not None else {}))  # fmt: skip
     check_numbers(learning_rate=learning_rate, cosine_weight=cosine_weight, hidden_state_weight=hidden_state_weight,
                   token_weight=token_weight, head_weight=head_weight, warmup_steps=warmup_steps,
                   **{k: v for k, v in (("max_minutes", max_minutes), ("max_cpu_minutes", max_cpu_minutes)) if v is not None})  # fmt: skip
-    folder = Path(folder).expanduser().resolve()
+    folder = resolved(Path(folder), "Folder")
     if not (folder / REPORT_JSON).is_file():
         raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
     report = read_report(folder)
@@ -337,14 +361,13 @@ def heal(
     checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
     teacher_model = load_teacher(source, source_model)
     train_examples = training_examples(processor, examples, max_length)
-    resumed_from = _last_checkpoint_step(places.work) if resume else None
-    if not places.work.exists():
-        make_marked_folder(places.work)
+    resumed_from = resume_checkpoint(places.work, student) if resume else None
+    work = places.claim_work(resume)
     started, cpu_started = time.perf_counter(), time.process_time()
     weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
                "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
     steps = train(
-        student, teacher_model, processor, train_examples, places.work, modality=source_model.modality,
+        student, teacher_model, processor, train_examples, work, modality=source_model.modality,
         max_steps=max_steps, budget=TimeBudget(max_minutes, max_cpu_minutes), batch_size=batch_size,
         learning_rate=learning_rate, warmup_steps=warmup_steps, save_steps=save_steps, loss_weights=weights,
         bf16=bf16, resume=resume, progress=progress, seed=seed, student_dropout=student_dropout,
@@ -360,7 +383,7 @@ def heal(
     }  # fmt: skip
     _save_healed(student, processor, folder, places, report)
     if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
-        shutil.rmtree(places.work)
+        remove_written_files(work.path)
     return report
 
 
@@ -380,9 +403,14 @@ def load_student(folder: Path, architecture: str) -> nn.Module:
     """The converted model in `folder`, refused when its config's norms (`norm_type`, `layer_norm_types`, per-channel
     options) do not match the norm parameters stored: transformers would initialise the missing ones (a hand-edited
     `layer_norm_types` gives a kept LayerNorm a fresh DyT alpha) and drop the others, and heal would train from that."""
+    model_class = MODEL_CLASSES[architecture]
+    shapes = check_weights(folder, allow_pickle=False)[1]
+    check_source_config(folder, shapes)
     with quiet_transformers():
-        student, info = MODEL_CLASSES[architecture].from_pretrained(
-            folder, dtype=torch.float32, output_loading_info=True
+        config = model_class.config_class.from_pretrained(folder)
+        check_model_fits(model_class, config, shapes, str(folder / "config.json"))
+        student, info = model_class.from_pretrained(
+            folder, config=config, dtype=torch.float32, output_loading_info=True
         )
     wrong = sorted(
         key for key in [*info["missing_keys"], *info["unexpected_keys"]] if key.endswith(NEW_PARAMETER_SUFFIXES)
@@ -407,10 +435,11 @@ def check_numbers(**values: float) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class HealingPlaces:
-    """Where a healing run reads and writes: the converted folder, the output and the Trainer's work folder."""
+    """Where a healing run reads and writes: the converted folder, the planned output (the folder itself, healed in
+    place, or `--output`) and the Trainer's work folder."""
 
     folder: Path
-    target: Path
+    output: PlannedOutput
     work: Path
     protected: dict[str, Path]
 
@@ -418,27 +447,34 @@ class HealingPlaces:
     def check(cls, folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
               **other_data) -> HealingPlaces:  # fmt: skip
         """Refuse, before anything is trained, an output or work folder that overlaps the folder, each other, the
-        teacher, the data, the working directory or the home folder; an existing output hf-norms did not write; and a
-        work folder heal did not make (or, with `resume`, none at all)."""
+        teacher, the data, the working directory or the home folder; an existing output hf-norms did not write (or,
+        healing in place, one it did not write the files of, which are then kept); and a work folder heal did not make
+        (or, with `resume`, none at all)."""
         protected = {"the teacher": source.path,
                      **data_places(data=data, evaluation_data=evaluation_data, **other_data)}  # fmt: skip
-        target = folder
-        if output is not None and Path(output).expanduser().resolve() != folder:
-            target = check_output_location(Path(output), {**protected, "the converted folder": folder})
-            check_replaceable(target, overwrite)
+        checkpoint_files(folder)  # its files are copied to the output: refuse a link out of it before training
+        if output is None or resolved(Path(output)) == folder:
+            planned = PlannedOutput.check(folder, True, protected, carry_user_files=True)
+        else:
+            planned = PlannedOutput.check(output, overwrite, {**protected, "the converted folder": folder})
         work = folder.parent / f".{folder.name}.healing" if work_dir is None else Path(work_dir)
         work = check_output_location(
-            work, {**protected, "the converted folder": folder, "the output": target}, what="Work folder"
+            work, {**protected, "the converted folder": folder, "the output": planned.target}, what="Work folder"
         )
-        if work.exists() and marker_pid(work) is None:
+        if work.exists() and Marker.read(work) is None:
             raise ConversionError(
                 f"Work folder {work} exists and was not made by hf-norms heal; give a new folder (heal creates it)."
             )
         if resume and not work.exists():
             raise ConversionError(f"--resume: there is no work folder {work} to continue from.")
-        if work.exists() and not resume:
-            shutil.rmtree(work)  # heal made it (its marker says so) for a run that is being started over
-        return cls(folder, target, work, protected)
+        return cls(folder, planned, work, {**protected, "the converted folder": folder, "the output": planned.target})
+
+    def claim_work(self, resume: bool) -> ClaimedFolder:
+        """The work folder, claimed for this run; started over (what heal wrote in it removed) unless `resume`."""
+        if self.work.exists() and not resume:
+            remove_written_files(self.work)
+        return claim_folder(self.work, command="heal", protected=self.protected, writes=("checkpoint-*",),
+                            resume=True, what="Work folder").take()  # fmt: skip
 
 
 def healing_examples(
@@ -463,12 +499,14 @@ def _same_path(data: Any, path: str) -> bool:
     return isinstance(data, (str, Path)) and Path(data).resolve() == Path(path).resolve()
 
 
-def _last_checkpoint_step(work: Path) -> int | None:
-    """The step of the newest Trainer checkpoint in `work`, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
-
+def resume_checkpoint(work: Path, student: nn.Module) -> int | None:
+    """The step of the newest Trainer checkpoint in `work`, after checking it holds this student's weights and a
+    readable training state (`check_trainer_checkpoint`); None when there is none."""
     last = get_last_checkpoint(str(work)) if work.is_dir() else None
-    return int(Path(last).name.split("-")[-1]) if last else None
+    if last is None:
+        return None
+    check_trainer_checkpoint(Path(last), student)
+    return int(Path(last).name.split("-")[-1])
 
 
 def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> tuple[Examples, str | None]:
@@ -491,7 +529,7 @@ def train(
     teacher: nn.Module,
     processor,
     examples: list[dict],
-    work: Path,
+    work: ClaimedFolder,
     *,
     modality: str,
     max_steps: int,
@@ -513,7 +551,7 @@ def train(
         transformers.DataCollatorWithPadding(processor) if modality == "text" else transformers.default_data_collator
     )
     args = TrainingArguments(
-        output_dir=str(work),
+        output_dir=str(work.path),
         use_cpu=True,
         max_steps=max_steps,
         per_device_train_batch_size=batch_size,
@@ -543,9 +581,10 @@ def train(
         **loss_weights,
         train_dataset=examples,
         data_collator=collator,
-        callbacks=[TimeLimit(budget)],
+        callbacks=[TimeLimit(budget), record_on_save(work)],
     )
-    trainer.train(resume_from_checkpoint=True if resume and _last_checkpoint_step(work) is not None else None)
+    resumable = resume and get_last_checkpoint(str(work.path)) is not None
+    trainer.train(resume_from_checkpoint=True if resumable else None)
     student.eval()
     return trainer.state.global_step
 
@@ -559,9 +598,10 @@ def _disable_dropout(model: nn.Module) -> None:
 
 
 def _save_healed(student: nn.Module, processor, folder: Path, places: HealingPlaces, report: dict) -> None:
-    """Write the healed checkpoint (the folder's other files kept) to the output, replacing it only when complete;
-    the converted folder itself is an hf-norms output, so healing in place may replace it."""
-    with staged_output(places.target, overwrite=True, protected=places.protected) as staging:
-        shutil.copytree(folder, staging, dirs_exist_ok=True)
-        save_checkpoint(student, processor, staging)
-        write_report(staging, report)
+    """Write the healed checkpoint to the output, replacing it only when complete. The folder's other files are
+    copied along (never through a link out of it), and those the user wrote stay the user's."""
+    with places.output.staged("heal") as staging:
+        copy_checkpoint_files(folder, staging.path)
+        staging.kept.update(foreign_entries(folder))
+        save_checkpoint(student, processor, staging.path)
+        write_report(staging.path, report)

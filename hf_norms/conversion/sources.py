@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,7 +18,8 @@ import transformers
 from torch import nn
 
 from ..models.auto_registration import MODEL_CLASSES
-from .checkpoint_io import ConversionError, SourceCheckpoint, read_json_object
+from ..output_folders import copy_checkpoint_files
+from .checkpoint_io import ConversionError, SourceCheckpoint, check_model_fits, read_json_object
 
 # source config model_type -> (family, class-name prefix of the stock classes)
 SOURCE_TYPES = {
@@ -126,8 +126,12 @@ def quiet_transformers():
 
 
 def load_teacher(checkpoint: SourceCheckpoint, source: SourceModel) -> nn.Module:
-    """The source model as it is (stock transformers class, or an hf-norms class with norm_type layernorm), in eval."""
+    """The source model as it is (stock transformers class, or an hf-norms class with norm_type layernorm), in eval;
+    its config is first checked to fit the stored weights (`check_model_fits`), so nothing oversized is allocated."""
     model_class = MODEL_CLASSES.get(source.architecture) or getattr(transformers, source.architecture)
+    with quiet_transformers():
+        config = model_class.config_class.from_pretrained(checkpoint.path)
+    check_model_fits(model_class, config, checkpoint.weight_shapes, str(checkpoint.path / "config.json"))
     torch.manual_seed(0)
     with quiet_transformers():
         model = model_class.from_pretrained(
@@ -167,13 +171,16 @@ def sentence_transformers_files(folder: Path) -> list[str]:
     return names + [path for path in folders if Path(path).name == path and (folder / path).is_dir()]
 
 
-def copy_sentence_transformers_files(source: Path, target: Path) -> list[str]:
+def copy_sentence_transformers_files(source: Path, target: Path, root: Path | None = None) -> list[str]:
     """Copy the sentence-transformers files of `source` into `target`, so the converted model stays a
-    sentence-transformers model (same pooling, normalisation, max_seq_length and prompts); returns what was copied."""
+    sentence-transformers model (same pooling, normalisation, max_seq_length and prompts); returns what was copied.
+    No link out of `source` (or `root`, see `link_root`) is followed."""
     copied = sentence_transformers_files(source)
-    for name in copied:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, target / name, dirs_exist_ok=True)
-        else:
-            shutil.copyfile(source / name, target / name)
+    copy_checkpoint_files(source, target, copied, root)
     return copied
+
+
+def link_root(checkpoint: SourceCheckpoint) -> Path:
+    """The folder a checkpoint's links may lead into: the checkpoint itself, or for a Hub download, its repo's cache
+    folder (a snapshot's files are links to `../../blobs/`)."""
+    return checkpoint.path if checkpoint.revision is None else checkpoint.path.parents[1]

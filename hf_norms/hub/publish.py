@@ -8,24 +8,30 @@
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
 2. picks the files to upload: those the `include`/`exclude` glob patterns pick, as `hf upload` does (all files
-   without patterns), except files that look like secrets (`.env`, `*.pem`, `*token*`, ...), hidden files, pickles
-   (`*.bin`, `*.pt`, ...: `training_args.bin` holds `hub_token`) and stray training checkpoints (`checkpoint-*/`),
-   unless a file is named with `include_skipped`; the folder's own README.md is replaced by the card (itself a file
-   the patterns pick or not); a symbolic link is uploaded only if it leads to a file inside the folder, and refuses
-   the push otherwise;
-3. renders the card (`hf_norms.hub.model_card`) and refuses if the token occurs in it, in the commit message, the repo
-   id, the branch name or any byte of any file to upload;
+   without patterns), except those skipped for safety by name or by content (`hf_norms.hub.upload_files`: secrets,
+   credentials, pickles, archives, hidden files, stray training checkpoints `checkpoint-*/`), unless a file is named
+   with `include_skipped`; the folder's own README.md is replaced by the card (itself a file the patterns pick or
+   not); a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+3. renders the card (`hf_norms.hub.model_card`) and refuses if the token, or an encoding of it (UTF-16, base64 at any
+   alignment, hex, percent- and JSON-escapes: `hf_norms.hub.content_checks`), occurs in the card, the commit message,
+   the repo id, the branch name, the path of a file to upload or any byte of one (each file is read once, for the
+   token and for its content's kind together);
 4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
-   symlinks to the checked files, so the local folder is never written. Nothing on the Hub is deleted unless `delete_patterns` asks.
+   symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
+   `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
+   as copies with each such path cut to its last component, as the card names them. Nothing on the Hub is deleted
+   unless `delete_patterns` asks.
 
 The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
-stored login (`hf auth login`). The token never appears in a log line or an error message. A failure of the network
-or the server raises `PushError`; the local folder is untouched and running the same push again completes it.
+stored login (`hf auth login`). While the push runs, no log record of any logger (hf-norms, huggingface_hub, httpx),
+warning or error message holds the token or the stored one (`hf_norms.hub.redaction`). A failure of the network or the
+server raises `PushError`; the local folder is untouched and running the same push again completes it.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import re
@@ -40,23 +46,35 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 
-from ..errors import HfNormsError
+from ..conversion.checkpoint_io import ConversionError, check_model_fits, check_source_config, check_weights
+from ..errors import HfNormsError, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..version import VERSION
-from .card_facts import FAMILIES, read_json, saved_without_pooler
+from .card_facts import (
+    FAMILIES,
+    REPORT_NAME,
+    TRAINER_STATE_NAME,
+    read_json,
+    saved_without_pooler,
+    without_local_paths,
+)
 from .model_card import model_card_for_folder
+from .redaction import tokens_redacted
 from .upload_files import (
     CARD_NAME,
     CheckpointRefused,
     check_token_length,
     matches_upload_patterns,
-    refuse_token_leaks,
+    screen_files,
     select_upload_files,
 )
 
 logger = logging.getLogger(__name__)
 
 IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+# JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
+# uploaded with each such path cut to its last component
+PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
 
@@ -150,6 +168,12 @@ def check_weights_load(folder: Path, model_class: type) -> None:
     without a pooler, like DINOv2, is loaded as its card says: with `add_pooling_layer=False`)."""
     architecture = model_class.__name__
     options = {"add_pooling_layer": False} if saved_without_pooler(folder, architecture) else {}
+    try:  # the config against the weights' headers first: nothing oversized is allocated
+        shapes = check_weights(folder, allow_pickle=False)[1]
+        check_source_config(folder, shapes)
+        check_model_fits(model_class, model_class.config_class.from_pretrained(folder), shapes, str(folder))
+    except ConversionError as err:
+        raise CheckpointRefused(str(err)) from None
     try:
         _, info = model_class.from_pretrained(folder, output_loading_info=True, **options)
     except Exception as err:  # any failure to load is the refusal's reason
@@ -209,21 +233,19 @@ def files_to_publish(
     include: str | Sequence[str] | None,
     exclude: str | Sequence[str] | None,
     include_skipped: Iterable[str],
-) -> tuple[list[str], bool]:
-    """(the files of `folder` to upload, whether to upload the rendered card): what the patterns pick, less what is
-    skipped for safety (logged), the model's remote code never taken for a secret. Refuses a selection of nothing."""
+    token: str | None,
+    texts: dict[str, str],
+) -> list[str]:
+    """The files of `folder` to upload: what the patterns pick, less what is skipped for safety by name or content
+    (logged), the model's remote code never taken for a secret. Reads every picked file once (`screen_files`) and
+    refuses a push that would publish the token in a file's path or bytes or in one of `texts`."""
     code_files = [name for name in code_files if matches_upload_patterns(name, include, exclude)]
-    files, skipped = select_upload_files(folder, include, exclude, [*include_skipped, *code_files])
-    for name, reason in skipped.items():
+    named = [*include_skipped, *code_files]
+    files, skipped = select_upload_files(folder, include, exclude, named)
+    files, content_skipped = screen_files(folder, files, token, named, texts)
+    for name, reason in sorted({**skipped, **content_skipped}.items()):
         logger.info("Not uploading %s: %s (name it with --include-skipped to upload it anyway)", name, reason)
-    render_card = CARD_NAME not in files and matches_upload_patterns(CARD_NAME, include, exclude)
-    if not files and not render_card:
-        raise CheckpointRefused(
-            f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, e.g. "
-            "'*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, hidden files and checkpoint-*/ unless named "
-            "with --include-skipped)."
-        )
-    return files, render_card
+    return files
 
 
 def push_to_hub(
@@ -254,37 +276,72 @@ def push_to_hub(
     (README.md included) without contacting the endpoint.
 
     Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is uploaded,
-    or `PushError` when the endpoint fails.
+    or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds the token
+    (`hf_norms.hub.redaction`).
     """
-    check_repo_id(repo_id)
+    require_type("folder", folder, (str, os.PathLike), "the checkpoint folder to upload")
+    require_type("repo_id", repo_id, str, "a Hub repo id such as my-org/vit-dyt")
     token = token or get_token()
-    check_token_length(token)
-    folder = Path(folder).resolve()
-    config, code_files = check_checkpoint(folder)
-    files, render_card = files_to_publish(folder, code_files, include, exclude, include_skipped)
-    card_text = str(model_card_for_folder(folder, repo_id, **card_overrides)) if render_card else ""
-    message = commit_message or (
-        f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
-    )
-    published = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
-    refuse_token_leaks(folder, files, token, {f"{CARD_NAME} (rendered)": card_text, **published})
-    uploads = sorted({*files, CARD_NAME} if render_card else files)
-    if dry_run:
-        return uploads
+    with tokens_redacted(token, get_token()):
+        check_repo_id(repo_id)
+        check_token_length(token)
+        folder = Path(folder).resolve()
+        config, code_files = check_checkpoint(folder)
+        render_card = matches_upload_patterns(CARD_NAME, include, exclude)
+        card_text = str(model_card_for_folder(folder, repo_id, **card_overrides)) if render_card else ""
+        message = commit_message or (
+            f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
+        )
+        texts = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
+        if render_card:
+            texts[f"{CARD_NAME} (rendered)"] = card_text
+        files = files_to_publish(folder, code_files, include, exclude, include_skipped, token, texts)
+        render_card = render_card and CARD_NAME not in files  # README.md named with include_skipped is uploaded as is
+        if not files and not render_card:
+            raise CheckpointRefused(
+                f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, "
+                "e.g. '*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, archives, hidden files and "
+                "checkpoint-*/ unless named with --include-skipped)."
+            )
+        if dry_run:
+            return sorted({*files, CARD_NAME} if render_card else files)
+        return upload(folder, repo_id, files, card_text if render_card else None, message, token, private=private,
+                      revision=revision, endpoint=endpoint, delete_patterns=delete_patterns)  # fmt: skip
+
+
+def upload(
+    folder: Path,
+    repo_id: str,
+    files: list[str],
+    card_text: str | None,
+    message: str,
+    token: str | None,
+    *,
+    private: bool,
+    revision: str | None,
+    endpoint: str | None,
+    delete_patterns: Sequence[str] | None,
+) -> CommitInfo:
+    """Create the repo (and branch) if missing and upload `files` of `folder`, and the card when there is one, in one
+    commit, from a staging folder of symlinks to the checked files."""
     if not token:
         raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
     endpoint = resolve_endpoint(endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION)
-    logger.info("Uploading %d files from %s to %s/%s", len(uploads), folder, endpoint, repo_id)
+    logger.info("Uploading %d files from %s to %s/%s", len(files) + bool(card_text), folder, endpoint, repo_id)
     with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
         staging = Path(staging_dir)
         for name in files:
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
-        if render_card:
+            if name in PATH_BEARING_FILES:  # a copy without the local folders it names (the user's home, ...)
+                published = without_local_paths(read_json(folder / name))
+                (staging / name).write_text(json.dumps(published, indent=1), encoding="utf-8")
+            else:
+                os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
+        if card_text is not None:
             (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
         try:
-            api.create_repo(repo_id, private=private, exist_ok=True)
+            repo_id = create_repo(api, repo_id, private)
             if revision and revision != hub_constants.DEFAULT_REVISION:
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
             return api.upload_folder(
@@ -297,18 +354,25 @@ def push_to_hub(
         except OfflineModeIsEnabled:
             raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None
         except HfHubHTTPError as err:
-            raise PushError(explain_http_error(err, endpoint, repo_id, folder, token)) from None
+            raise PushError(explain_http_error(err, endpoint, repo_id, folder)) from None
         except httpx2.HTTPError as err:  # connection refused, reset, timed out, ...
             raise PushError(
-                redact(
-                    f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "
-                    "or HF_ENDPOINT) and the network; nothing in the folder was changed, so run the same push again.",
-                    token,
-                )
+                f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "
+                "or HF_ENDPOINT) and the network; nothing in the folder was changed, so run the same push again."
             ) from None
 
 
-def explain_http_error(err: HfHubHTTPError, endpoint: str, repo_id: str, folder: Path, token: str) -> str:
+def create_repo(api: HfApi, repo_id: str, private: bool) -> str:
+    """Create the repo unless it exists; returns its full id (`name` -> `user/name`). Where the token may not create
+    repos but the repo exists (401/403 on create), huggingface_hub fails to parse its own URL on an endpoint other
+    than huggingface.co (a ValueError): the repo is there, and the upload says whether the token may write to it."""
+    try:
+        return api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    except ValueError:  # "Invalid HF URI" (other errors of the request are HfHubHTTPError, an OSError)
+        return repo_id
+
+
+def explain_http_error(err: HfHubHTTPError, endpoint: str, repo_id: str, folder: Path) -> str:
     """A message naming the HTTP status, what it means for this push and what to do, without the token."""
     status = err.response.status_code if err.response is not None else None
     if status in (401, 403):
@@ -319,13 +383,8 @@ def explain_http_error(err: HfHubHTTPError, endpoint: str, repo_id: str, folder:
         advice = "the server failed, so the commit was not made: run the same push again"
     else:
         advice = "see the server's message"
-    detail = str(err).splitlines()[0]
-    return redact(
+    detail = " ".join((err.server_message or str(err).splitlines()[0]).split())  # one line
+    return (
         f"Pushing {folder} to {repo_id} at {endpoint} failed with HTTP {status}: {advice}. The local folder is "
-        f"untouched. Server said: {detail}",
-        token,
+        f"untouched. Server said: {detail}"
     )
-
-
-def redact(text: str, token: str | None) -> str:
-    return text.replace(token, "<token>") if token else text

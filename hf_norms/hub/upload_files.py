@@ -1,20 +1,30 @@
 """Which files of a checkpoint folder are uploaded, and the check that the Hub token is in none of them.
 
 `include` / `exclude` glob patterns pick files exactly as `hf upload --include/--exclude` do (huggingface_hub's own
-filter). Of the files they pick, these are skipped unless named explicitly (`include_skipped`): files that look like
-secrets (`.env`, `*.pem`, `*token*`, ...), hidden files and folders, pickles (`*.bin`, `*.pt`, ...:
-`training_args.bin` holds `hub_token`), stray training checkpoints (`checkpoint-*/`), entries that are not regular
-files (FIFOs, sockets) and the folder's own README.md, which the rendered card replaces. A pattern never overrides a
-skip: `--include "*"` still leaves `.env` behind.
+filter). Of the files they pick, these are skipped unless named explicitly (`include_skipped`); a pattern never
+overrides a skip (`--include "*"` still leaves `.env` behind):
+
+- by name (`skip_reason`): names that look like secrets (`SECRET_PATTERNS`: `.env`, `*.pem`, `*.key`, `*.kdbx`,
+  `*.jks`, `*.keystore`, `id_rsa*`, `credentials`, `*token*`, `*secret*`, ...; the tokenizer files excepted), pickles
+  (`PICKLE_PATTERNS`: `*.bin`, `*.pt`, `*.pkl`, `*.pkl.gz`, `*.joblib`, `*.dill`, `*.pt2`, ...: `training_args.bin`
+  holds `hub_token`), hidden files and everything in hidden folders (`.ssh/`, `.aws/`, ...), stray training
+  checkpoints and caches (`checkpoint-*/`, `__pycache__/`), entries that are not regular files (FIFOs, sockets) and the
+  folder's own README.md, which the rendered card replaces;
+- by content (`content_checks.scan_file`, in the same single read as the token check): pickle streams, PyTorch
+  archives and NumPy object arrays, compressed pickles and any other archive (zip, tar, gzip, ...: its contents
+  cannot be checked), private keys (PEM, PGP, PuTTY), and credentials of known formats (Hugging Face, GitHub, AWS,
+  Google Cloud service accounts, npm, .netrc, `password =` settings), whatever the file's name.
 
 Symbolic links are never followed out of the folder. A link to a regular file inside the folder is uploaded, under the
 link's name, with that file's bytes (and skipped when the target's own path would be). Any other link that would be
 uploaded (to a file outside the folder, to a folder, dangling, or a loop) refuses the whole push, naming the link,
 before anything is uploaded; links to folders are never walked into.
 
-The token check reads every byte of every file to upload and every text the push publishes (the card, the commit
-message, the repo id, the branch). A token shorter than `MIN_TOKEN_LENGTH` is refused as a token: it would be "found"
-in ordinary bytes, so the check could not tell a leak from chance.
+The token check (`screen_files`) reads every byte of every file to upload, its path, and every text the push publishes
+(the card, the commit message, the repo id, the branch), looking for the token in each of its encodings
+(`content_checks.token_forms`). A file skipped for its content that holds the token refuses nothing, since it is not
+uploaded; named with `include_skipped`, it refuses the push. A token shorter than `MIN_TOKEN_LENGTH` is refused as a token: it would be
+"found" in ordinary bytes, so the check could not tell a leak from chance.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from pathlib import Path, PurePosixPath
 from huggingface_hub.utils import filter_repo_objects
 
 from ..errors import InputError
+from .content_checks import scan_file, text_holds_token, token_forms
+from .redaction import redact
 
 SECRET_PATTERNS = (
     ".env",
@@ -36,22 +48,46 @@ SECRET_PATTERNS = (
     "*.key",
     "*.p12",
     "*.pfx",
+    "*.ppk",
+    "*.kdbx",
+    "*.jks",
+    "*.keystore",
+    "*.tfstate",
     "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
     "id_ed25519*",
     ".netrc",
+    "_netrc",
+    ".npmrc",
+    ".pypirc",
     ".git-credentials",
+    "credentials",
     "*token*",
     "*secret*",
     "*credential*",
     "*password*",
+    "*htpasswd*",
 )
 TOKENIZER_FILES = frozenset(
     {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.model"}
 )
-PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+PICKLE_PATTERNS = (
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.pt2",
+    "*.pkl",
+    "*.pkl.*",
+    "*.pickle",
+    "*.pickle.*",
+    "*.ckpt",
+    "*.joblib",
+    "*.dill",
+    "*.cloudpickle",
+)
 STRAY_FOLDER_PATTERNS = ("checkpoint-*", "__pycache__")
 CARD_NAME = "README.md"
-SCAN_CHUNK = 1 << 22
 MIN_TOKEN_LENGTH = 8  # Hub tokens are 37 characters (`hf_` and 34 more)
 
 
@@ -162,17 +198,6 @@ def link_target(folder: Path, link: Path) -> str:
     )
 
 
-def file_contains(path: Path, needle: bytes) -> bool:
-    """Whether `needle` occurs in the file, read in chunks (overlapping by len(needle) - 1 bytes)."""
-    overlap = b""
-    with open(path, "rb") as f:
-        while chunk := f.read(SCAN_CHUNK):
-            if needle in overlap + chunk:
-                return True
-            overlap = chunk[-(len(needle) - 1) :] if len(needle) > 1 else b""
-    return False
-
-
 def check_token_length(token: str | None) -> None:
     """Refuse a token too short to be a Hub token: the leak check would find it in ordinary bytes by chance."""
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
@@ -183,24 +208,50 @@ def check_token_length(token: str | None) -> None:
         )
 
 
-def refuse_token_leaks(
-    folder: Path, files: Sequence[str], token: str | None, texts: Mapping[str, str] | None = None
-) -> None:
-    """Raise CheckpointRefused naming the files and texts (never the token) that contain `token`.
+def screen_files(
+    folder: Path,
+    files: Sequence[str],
+    token: str | None,
+    named: Iterable[str] = (),
+    texts: Mapping[str, str] | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """(the files to upload, {file skipped for its content: reason}), reading each file once (`scan_file`).
 
-    `files` are read in full (through symbolic links, as they are uploaded); `texts` maps what else is published (the
-    rendered card, the commit message, ...) to its text. A token shorter than `MIN_TOKEN_LENGTH` is refused itself.
+    Raises CheckpointRefused, naming the files and texts (never the token), when a form of `token`
+    (`content_checks.token_forms`) occurs in a file's path or bytes (read through symbolic links, as they are
+    uploaded) or in one of `texts` (what else is published: the rendered card, the commit message, ...). A file whose
+    content looks like a secret, a pickle or an archive is skipped unless it is in `named`; a skipped file is never
+    uploaded, so its holding the token refuses nothing. A token shorter than `MIN_TOKEN_LENGTH` is refused itself.
     """
-    if not token:
-        return
     check_token_length(token)
-    leaks = [name for name in files if file_contains(folder / name, token.encode())]
-    leaks += [what for what, text in (texts or {}).items() if token in text]
+    needles = token_forms(token) if token else ()
+    named = set(named)
+    kept, skipped, leaks = [], {}, []
+    for name in files:
+        findings = scan_file(folder / name, needles)
+        if findings.secret is not None and name not in named:
+            skipped[name] = findings.secret
+        elif findings.holds_token or text_holds_token(name, needles):
+            leaks.append(name)
+        else:
+            kept.append(name)
+    leaks += [what for what, text in (texts or {}).items() if text_holds_token(text, needles)]
     if leaks:
         raise CheckpointRefused(
-            f"The Hub token occurs in {leaks}; nothing was uploaded. Remove it from those files or texts (a "
-            "TrainingArguments(hub_token=...) is pickled into training_args.bin: use HF_TOKEN or `hf auth login`)."
+            redact(
+                f"The Hub token (or an encoding of it: base64, hex, UTF-16, ...) occurs in {leaks}; nothing was "
+                "uploaded. Remove it from those files, names or texts (a TrainingArguments(hub_token=...) is pickled "
+                "into training_args.bin: use HF_TOKEN or `hf auth login`).",
+                token,
+            )
         )
+    return kept, skipped
+
+
+def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) -> None:
+    """Raise CheckpointRefused when a form of `token` occurs in the path or bytes of one of `files` (see
+    `screen_files`; here every file is read for the token, whatever its content)."""
+    screen_files(folder, files, token, named=files)
 
 
 def trainer_upload_files(output_dir: Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""What every hf-norms model class shares: norm initialisation, and saving a checkpoint that loads anywhere.
+"""What every hf-norms model class shares: norm initialisation, loading a LayerNorm checkpoint into another norm_type,
+and saving a checkpoint that loads anywhere.
 
 Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
 relative imports of flat files.
@@ -13,23 +14,19 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 import os
 from typing import ClassVar
 
+from transformers import modeling_utils
 from transformers.conversion_mapping import (
     get_checkpoint_conversion_mapping,
     register_checkpoint_conversion_mapping,
 )
-from transformers.utils import logging
 
-from .norms import function_preserving_options, init_norm_parameters
-
-logger = logging.get_logger(__name__)
+from .layernorm_loading import held_back, layernorm_loading_options, load_report_of, replace_load_notices
+from .norm_options import NormOptions
+from .norms import init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
-NOT_PRESERVING_WARNING = (
-    "A LayerNorm checkpoint loaded into norm_type={norm_type!r} does not compute what it computed (no option can make "
-    "it), and fine-tuning may not learn from this start: calibrate it first with "
-    "hf_norms.convert_model(model, {norm_type!r}, calibration_data=...) or `hf-norms convert`."
-)
+NORM_OPTION_NAMES = frozenset(NormOptions.__dataclass_fields__)
 
 
 def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
@@ -48,33 +45,61 @@ class NormPreTrainedMixin:
 
     - `_init_weights` also initialises the norms of `norms.py` (DyT alpha, DTN gates and position projection, SepNorm's
       prefix norm, LaPE's `pe_norm`), so parameters a stock checkpoint lacks get their documented values.
+    - `from_pretrained(path, norm_type=...)` of a LayerNorm checkpoint goes through `from_layernorm_checkpoint`, which
+      keeps its function wherever the mathematics allows (the Auto classes call it for stock checkpoints).
     - `save_pretrained` writes the runtime key layout (which the Trainer's best-model reload and resume load fully,
       unlike transformers' default 4.x layout), the full `auto_map` of the family and the flat remote-code files.
+    - `accepts_loss_kwargs = False`: every head's loss is the mean over its own batch. A `forward` taking `**kwargs`
+      would otherwise make the Trainer pass `num_items_in_batch` and multiply the returned loss by the world size,
+      which only undoes a loss divided by the global item count (BERT's heads, the MIM heads and the regression and
+      multi-label losses ignore it): on 2 processes the logged and saved losses, and the gradients, doubled.
+      The Trainer then lets DDP average the gradients and divides by the accumulation steps, as for any model.
     """
 
     family_auto_map: ClassVar[dict[str, str]] = {}
+    accepts_loss_kwargs: ClassVar[bool] = False
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """`PreTrainedModel.from_pretrained`; a LayerNorm checkpoint loaded into another `norm_type` (given as a keyword,
-        without a `config`) keeps its function wherever the mathematics allows.
+        without a `config`) is loaded by `from_layernorm_checkpoint`, which keeps its function wherever the mathematics
+        allows."""
+        norm_type = kwargs.get("norm_type")
+        if norm_type not in (None, "layernorm") and kwargs.get("config") is None and pretrained_model_name_or_path:
+            hub_options = {key: kwargs[key] for key in HUB_OPTIONS if key in kwargs}
+            stored, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_options)
+            if stored.get("norm_type", "layernorm") == "layernorm":
+                return cls.from_layernorm_checkpoint(pretrained_model_name_or_path, *model_args, **kwargs)
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def from_layernorm_checkpoint(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """Load a LayerNorm checkpoint (stock, or hf-norms with `norm_type="layernorm"`) with the norm options given as
+        keywords (`norm_type="dtn"`, ...), keeping its function wherever the mathematics allows.
 
         For DTN, SepNorm and LaPE, the options of `norms.function_preserving_options` are used unless given (DTN gates
         at 1; SepNorm's prefix norm a LayerNorm copied from the checkpoint's; LaPE keeping the input position
-        embedding with every `pe_norm` at zero). A SepNorm prefix norm asked to be a BatchNorm starts from the
-        LayerNorm's gamma and beta with fresh running statistics: it normalises over the batch, so it never reproduces
-        LayerNorm. DyT cannot preserve the function; a warning names `hf_norms.convert_model`, which calibrates it.
+        embedding with every `pe_norm` at zero), and the parameters these norms add, set to keep the function, are
+        named in one INFO line instead of in transformers' load report. A SepNorm prefix norm asked to be a BatchNorm
+        starts from the LayerNorm's gamma and beta with fresh running statistics: it normalises over the batch, so it
+        never reproduces LayerNorm. DyT and Derf cannot preserve the function; a warning names `hf_norms.convert_model`,
+        which calibrates them.
+
+        `config` is the checkpoint's own config as already read, with the caller's other keywords applied (the Auto
+        classes pass the stock config they read); the norm options are set on a copy of it in this family's config.
         """
-        norm_type = kwargs.get("norm_type")
-        if norm_type is not None and kwargs.get("config") is None and pretrained_model_name_or_path is not None:
-            hub_options = {key: kwargs[key] for key in HUB_OPTIONS if key in kwargs}
-            stored, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_options)
-            if stored.get("norm_type", "layernorm") == "layernorm" and norm_type != "layernorm":
-                preserving = function_preserving_options(norm_type, explicit=kwargs)
-                if preserving is None:
-                    logger.warning(NOT_PRESERVING_WARNING.format(norm_type=norm_type))
-                kwargs.update(preserving or {})
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        norm_type = kwargs.get("norm_type", "layernorm")
+        kwargs.update(layernorm_loading_options(norm_type, explicit=kwargs))
+        if config is not None:
+            options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
+            config = cls.config_class.from_dict({**config.to_dict(), **options})
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        with held_back(modeling_utils.logger, load_report_of(cls)) as reports:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, config=config, output_loading_info=True, **kwargs
+            )
+        replace_load_notices(model, pretrained_model_name_or_path, info, reports)
+        return (model, info) if output_loading_info else model
 
     def post_init(self) -> None:
         """Validate the config before anything else: options given to `from_pretrained(path, option=value)` are set

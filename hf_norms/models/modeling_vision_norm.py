@@ -75,7 +75,11 @@ class VisionNormEmbeddings(nn.Module):
         return [getattr(self, name) for name in PREFIX_TOKEN_NAMES[: self.num_prefix_tokens]]
 
     def interpolate_pos_encoding(self, embeddings: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Resample the patch position embeddings bicubically to the grid of a `height x width` image (as ViT/DeiT)."""
+        """Resample the patch position embeddings bicubically to the grid of a `height x width` image (as ViT/DeiT).
+
+        The resampling runs in `promote_types(dtype, float32)`: float32 for 16-bit tables (bicubic resampling in half
+        precision shifts them; as stock DINOv2), float64 for float64 ones (as stock ViT and DeiT), then rounds once.
+        """
         prefix = self.num_prefix_tokens
         num_patches = embeddings.shape[1] - prefix
         num_positions = self.position_embeddings.shape[1] - prefix
@@ -89,8 +93,8 @@ class VisionNormEmbeddings(nn.Module):
         new_width = width // self.patch_size
         sqrt_num_positions = torch_int(num_positions**0.5)
         patch_pos_embed = patch_pos_embed.reshape(1, sqrt_num_positions, sqrt_num_positions, dim).permute(0, 3, 1, 2)
-        patch_pos_embed = nn.functional.interpolate(  # in float32: bicubic resampling in half precision shifts them
-            patch_pos_embed.float(),
+        patch_pos_embed = nn.functional.interpolate(
+            patch_pos_embed.to(torch.promote_types(patch_pos_embed.dtype, torch.float32)),
             size=(new_height, new_width),
             mode="bicubic",
             align_corners=False,

@@ -14,6 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from transformers import configuration_utils
+
+from .layernorm_loading import held_back, model_type_notice
 from .norms import NORM_TYPES
 
 SEPNORM_PREFIX_NORMS = ("batchnorm", "layernorm")
@@ -75,6 +78,19 @@ class NormOptions:
         # A stock checkpoint's config.json says e.g. `"model_type": "vit"`; this config's type is its class's.
         kwargs.pop("model_type", None)
         super().__post_init__(**kwargs)
+
+    @classmethod
+    def stock_config_class(cls) -> type:
+        """The stock config this config extends (`BertNormConfig` -> `BertConfig`)."""
+        return next(base for base in cls.__mro__[1:] if getattr(base, "model_type", ""))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """`PreTrainedConfig.from_pretrained`, without transformers' notice that a checkpoint of the stock model type
+        (`bert` for `bert_norm`) "can yield errors": reading the family's stock checkpoints is what this config is for."""
+        notice = model_type_notice(cls.stock_config_class().model_type, cls.model_type)
+        with held_back(configuration_utils.logger, notice):
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     def validate_norm_options(self) -> None:
         """Every size positive, the attention heads dividing the hidden size, eps positive and each norm option in

@@ -18,6 +18,23 @@ from .runtime import is_traced
 from .token_layout import TokenLayout
 
 
+class PrefixBatchNorm(nn.BatchNorm1d):
+    """SepNorm's BatchNorm over the batch and the prefix tokens (input `[batch, hidden, prefix]`), whose running
+    statistics stay as they are while its parameters are frozen.
+
+    Frozen parameters (`requires_grad=False`) mean a frozen norm: in training it still normalises with the batch
+    statistics, but leaves `running_mean` and `running_var` alone. peft freezes every base-model parameter under LoRA
+    and saves only what it trains (the adapter, `modules_to_save`), so statistics updated underneath it would be lost
+    on reload: the reloaded model would differ from the trained one. With this norm in `modules_to_save`, peft trains
+    and saves a copy whose parameters are not frozen, and that copy updates its statistics as any BatchNorm does.
+    """
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.training and self.weight is not None and not self.weight.requires_grad:
+            return F.batch_norm(hidden_states, None, None, self.weight, self.bias, True, 0.0, self.eps)
+        return super().forward(hidden_states)
+
+
 class SeparateNorm(nn.Module):
     """SepNorm, Chen et al., "On Separate Normalization in Self-supervised Transformers", NeurIPS 2023 (arXiv 2309.12931).
 
@@ -27,7 +44,8 @@ class SeparateNorm(nn.Module):
         y[:, :p] = prefix_norm(x[:, :p]),    y[:, p:] = (x[:, p:] - E[x]) / sqrt(Var[x] + eps) * weight + bias
 
     `prefix_norm` is a LayerNorm (exact conversion from a LayerNorm checkpoint when both copy its parameters) or a
-    `BatchNorm1d` over the batch and the prefix tokens (the official default; SyncBatchNorm under DDP).
+    `PrefixBatchNorm` over the batch and the prefix tokens (the official default; SyncBatchNorm under DDP), whose running
+    statistics stay the base model's while its parameters are frozen (peft's LoRA).
     Input and output: `[batch, seq_len, hidden]`.
     """
 
@@ -44,7 +62,7 @@ class SeparateNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.bias = nn.Parameter(torch.zeros(hidden_size))
         self.prefix_norm = (
-            nn.LayerNorm(hidden_size, eps=eps) if prefix_norm == "layernorm" else nn.BatchNorm1d(hidden_size)
+            nn.LayerNorm(hidden_size, eps=eps) if prefix_norm == "layernorm" else PrefixBatchNorm(hidden_size)
         )
         # Known from the config, not from the module's type: wrappers (peft's `modules_to_save`) hide the type.
         self.prefix_over_batch = prefix_norm == "batchnorm"

@@ -44,6 +44,7 @@ __all__ = [
     "init_norm_parameters",
     "lape_position_embeddings",
     "norm_type_at",
+    "preserves_layernorm_function",
 ]
 
 # Where a model's norms sit, as encoder layer indices for `build_norm`: the norms after the encoder (the final norm, a
@@ -60,7 +61,8 @@ class NormSpec:
     token's output depends only on that token (then the norm can sit where no `TokenLayout` is known, e.g. a task head).
     `position_norms` says whether each layer gets a LaPE `pe_norm`. `preserving_options` are the option values under
     which a LayerNorm checkpoint loaded into this norm_type computes exactly the same function, or None when no
-    option values can (DyT and Derf have no statistics).
+    option values can (DyT and Derf have no statistics); `preserving_note` says, for a count of modules, what such a
+    load sets the parameters the norm adds to.
     """
 
     build: Callable[..., nn.Module]
@@ -68,6 +70,7 @@ class NormSpec:
     preserving_options: dict[str, Any] | None
     position_norms: bool = False
     arxiv_id: str | None = None
+    preserving_note: str = ""
 
 
 NORM_TYPES: dict[str, NormSpec] = {
@@ -110,6 +113,7 @@ NORM_TYPES: dict[str, NormSpec] = {
         per_token=False,
         preserving_options={"dtn_gate_init": 1.0},  # gates at 1: LayerNorm's statistics for every token
         arxiv_id="2112.02624",
+        preserving_note="mean and variance gates at 1 (LayerNorm's statistics) in {count} DTN norms",
     ),
     "sepnorm": NormSpec(
         build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: SeparateNorm(
@@ -121,6 +125,7 @@ NORM_TYPES: dict[str, NormSpec] = {
         per_token=True,
         preserving_options={"sepnorm_prefix_norm": "layernorm"},  # both parts start as copies of the LayerNorm
         arxiv_id="2309.12931",
+        preserving_note="prefix_norm copied from the LayerNorm in {count} SepNorm norms",
     ),
     "lape": NormSpec(
         build=lambda config, hidden_size, num_prefix_tokens, one_dimensional: LayerNorm(
@@ -130,6 +135,7 @@ NORM_TYPES: dict[str, NormSpec] = {
         preserving_options={"lape_keep_input_pe": True},  # the input PE stays, every pe_norm starts at zero
         position_norms=True,
         arxiv_id="2212.05262",
+        preserving_note="the input position embedding kept and pe_norm at zero in {count} layers",
     ),
 }
 
@@ -141,6 +147,13 @@ def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) ->
     if preserving is None:
         return None
     return {name: value for name, value in preserving.items() if name not in set(explicit)}
+
+
+def preserves_layernorm_function(config) -> bool:
+    """Whether a LayerNorm checkpoint loaded with `config` computes its function: `config.norm_type` has
+    `preserving_options` and the config holds each of their values."""
+    preserving = NORM_TYPES[config.norm_type].preserving_options
+    return preserving is not None and all(getattr(config, name) == value for name, value in preserving.items())
 
 
 def norm_type_at(config, layer_index: int) -> str:

@@ -20,11 +20,6 @@ from .auto_registration import FAMILIES
 QUERY_VALUE_PROJECTIONS = ["q_proj", "v_proj"]
 
 
-def stock_model_type(config_class: type) -> str:
-    """The model type of the stock config a family's config extends (`ViTNormConfig` -> `vit`)."""
-    return next(base.model_type for base in config_class.__mro__[1:] if getattr(base, "model_type", ""))
-
-
 def register_peft_defaults() -> None:
     """Copy peft's defaults of each family's stock model type to the family's model type, in place in peft's tables."""
     if importlib.util.find_spec("peft") is None:
@@ -33,7 +28,7 @@ def register_peft_defaults() -> None:
 
     mappings = {name: table for name, table in vars(constants).items() if name.startswith("TRANSFORMERS_MODELS_TO_")}
     for config_class, _ in FAMILIES:
-        stock = stock_model_type(config_class)
+        stock = config_class.stock_config_class().model_type
         for table in mappings.values():
             if isinstance(table, dict) and stock in table:
                 table.setdefault(config_class.model_type, table[stock])

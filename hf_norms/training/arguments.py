@@ -1,5 +1,6 @@
 """The options of `hf-norms finetune` that are hf-norms' own, as dataclasses for transformers' `HfArgumentParser`:
-which model (`ModelArguments`) and which data and task (`DataArguments`). The Trainer's own are `TrainingArguments`.
+which model (`ModelArguments`), which data and task (`DataArguments`) and how the output folder may be used
+(`OutputArguments`). The Trainer's own are `TrainingArguments`.
 
 This module imports neither torch, transformers nor datasets, so that `hf-norms finetune --help` can render these
 options at once.
@@ -106,3 +107,17 @@ class DataArguments:
         metadata={"help": "Convert images to this PIL mode first (RGB, L); default: require config.num_channels."},
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Masked-LM: share of tokens masked."})
+
+
+@dataclass
+class OutputArguments:
+    """How `--output_dir` may be used (transformers 5 dropped `overwrite_output_dir`; its example scripts' meaning is
+    kept, without ever replacing a file hf-norms did not write)."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into an --output_dir that already holds an earlier run, or files of yours (none of which "
+            "is replaced; a folder holding files with the names a run writes is refused)."
+        },
+    )

@@ -12,8 +12,10 @@ rows into model inputs, so large image datasets are never materialised as tensor
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ import torch
 from PIL import Image
 
 from .. import packaged
+from ..errors import one_line
 from .arguments import FinetuneInputError
 
 PACKAGED_PREFIX = "packaged:"
@@ -90,7 +93,8 @@ def load_dataset_source(
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
             loaded = datasets.load_from_disk(str(path))
             return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict(train=loaded)
-        return datasets.load_dataset("imagefolder", data_dir=str(path))
+        with quiet_datasets():  # a local folder: no progress bars around a possible error line
+            return datasets.load_dataset("imagefolder", data_dir=str(path))
     if path.is_file():
         builder = FILE_BUILDERS.get(path.suffix.lower())
         if builder is None:
@@ -98,10 +102,30 @@ def load_dataset_source(
                 f"Cannot read {path}: use a {'/'.join(FILE_BUILDERS)} file, a dataset folder or an imagefolder."
             )
         options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-        return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
+        try:
+            with quiet_datasets():  # a local file is read in moments; no progress bars around a possible error line
+                return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
+        except (ValueError, datasets.exceptions.DatasetGenerationError) as error:  # no rows, or not that format
+            raise FinetuneInputError(
+                f"Cannot read {path} as a {builder} file with rows of data ({one_line(error)}); check its contents."
+            ) from None
     if path.suffix.lower() in FILE_BUILDERS or source.startswith((".", "/", "~")) or source.count("/") > 1:
         raise FinetuneInputError(f"There is no file or folder {str(path.resolve())!r}; check the --dataset path.")
     return datasets.load_dataset(source, config_name, token=token)
+
+
+@contextlib.contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """datasets' progress bars off for the duration, as they were after."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()
 
 
 def select_splits(
@@ -290,12 +314,28 @@ def validate_image_column(
             f"The {split} image column {column!r} holds {feature}, not images: cast it with "
             f"dataset.cast_column({column!r}, datasets.Image()) or name the image column with --image_column."
         )
+    check_images_readable(dataset, column, split)
     if image_mode is not None:
         return
     for row in range(min(IMAGE_CHECK_COUNT, len(dataset))):
         image = dataset[row][column]
         if image_channels(image) != num_channels:
             raise channel_error(image_channels(image), image.mode, num_channels, f"Image {row} of the {split} data")
+
+
+def check_images_readable(dataset: datasets.Dataset, column: str, split: str) -> None:
+    """Every image of the column opens and passes PIL's integrity check (`Image.verify`, which reads the file's
+    structure without decoding every pixel), so a corrupt file stops the run before training, naming its row."""
+    for row, stored in enumerate(dataset.cast_column(column, datasets.Image(decode=False))[column]):
+        source = io.BytesIO(stored["bytes"]) if stored.get("bytes") is not None else stored.get("path")
+        try:
+            with Image.open(source) as image:
+                image.verify()
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+            where = f" ({stored['path']})" if stored.get("path") else ""
+            raise FinetuneInputError(
+                f"Image {row} of the {split} data{where} is not a readable image ({error}); remove or fix it."
+            ) from None
 
 
 def check_batch_norm_batches(num_examples: int, batch_size: int, world_size: int, num_prefix_tokens: int) -> None:

@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 
 import datasets
 import torch
+from huggingface_hub import get_token
 from transformers import (
     AutoImageProcessor,
     AutoTokenizer,
@@ -60,9 +61,13 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.training_args import ParallelMode
 
-from ..conversion.sources import copy_sentence_transformers_files
-from ..errors import handled_errors
-from .arguments import DataArguments, ModelArguments
+from ..conversion.checkpoint_io import ConversionError, check_trainer_checkpoint
+from ..conversion.sources import copy_sentence_transformers_files, sentence_transformers_files
+from ..errors import handled_errors, require_type
+from ..hub.model_card import create_trainer_model_card
+from ..hub.redaction import tokens_redacted
+from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder, record_on_save
+from .arguments import DataArguments, ModelArguments, OutputArguments
 from .data import (
     FinetuneInputError,
     ImageClassificationTransform,
@@ -149,6 +154,43 @@ def prepare_training_arguments(training_args: TrainingArguments) -> None:
     if training_args.remove_unused_columns:
         logger.info("Setting remove_unused_columns=False: batches are built from the raw columns.")
         training_args.remove_unused_columns = False
+
+
+# What a fine-tuning run writes into --output_dir: a user's file of one of these names is never replaced (nor, for
+# checkpoint-*, deleted by the Trainer's checkpoint rotation).
+FINETUNE_WRITES = (
+    "config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "*.py", "tokenizer*",
+    "vocab.txt", "special_tokens_map.json", "added_tokens.json", "preprocessor_config.json", "processor_config.json",
+    "training_args.bin", "trainer_state.json", "*_results.json", "README.md", "checkpoint-*", "runs",
+    "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "[0-9]_*", "conversion_report.*",
+)  # fmt: skip
+
+
+def output_folder(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, overwrite: bool
+) -> ClaimedFolder | None:
+    """`output_dir` checked for this run (`output_folders.claim_folder`): never the checkpoint, the tokenizer, the data
+    or a place around them, the working directory or home; a folder of an earlier hf-norms run only to resume it or with
+    `overwrite`, a folder of the user's only with `overwrite` and when none of its files would be replaced. Every
+    process checks; only the one that saves gets the folder to write into (the others get None)."""
+    sources = {"the checkpoint": model_args.model_name_or_path, "the tokenizer": model_args.tokenizer_name,
+               "the image processor": model_args.image_processor_name, "the dataset": data_args.dataset,
+               "the eval dataset": data_args.eval_dataset}  # fmt: skip
+    protected = {what: Path(value) for what, value in sources.items() if value and Path(value).exists()}
+    claimed = claim_folder(
+        training_args.output_dir, command="finetune", protected=protected, writes=FINETUNE_WRITES,
+        overwrite=overwrite, resume=training_args.resume_from_checkpoint is not None, what="--output_dir",
+        flags=("--overwrite_output_dir", "--resume_from_checkpoint last"),
+    )  # fmt: skip
+    return claimed if training_args.should_save else None
+
+
+def check_resume_checkpoint(checkpoint: Path, model) -> None:
+    """Refuse, in one line, a checkpoint that is not this model's (`check_trainer_checkpoint`)."""
+    try:
+        check_trainer_checkpoint(checkpoint, model)
+    except ConversionError as error:
+        raise FinetuneInputError(f"resume_from_checkpoint: {error}") from None
 
 
 def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
@@ -246,15 +288,27 @@ def finetune(
     data_args: DataArguments,
     training_args: TrainingArguments,
     dataset: datasets.Dataset | datasets.DatasetDict | None = None,
+    *,
+    overwrite_output_dir: bool = False,
 ) -> FinetuneResult:
     """Fine-tune (and evaluate) a model of any norm_type with `NormTrainer`.
 
     The data is `data_args.dataset` (a source: folder, file, Hub id, `packaged:<name>`) or the `dataset` object. Every
-    data and config check runs before training (raising `FinetuneInputError`). Trains (resuming from
-    `resume_from_checkpoint`, a folder or `last`), saves the model with its tokenizer or image processor, the metrics
-    and `trainer_state.json` to `output_dir`, then evaluates when there is an eval set.
+    data and config check runs before training (raising `FinetuneInputError`), and so does the check of `output_dir`
+    (`output_folder`): never the checkpoint, the data, the working directory or home; an existing folder only when it
+    holds an earlier hf-norms run being resumed, or with `overwrite_output_dir`. Trains (resuming from
+    `resume_from_checkpoint`, a folder or `last`, after checking it holds this model's weights), saves the model with
+    its tokenizer or image processor, the metrics and `trainer_state.json` to `output_dir`, then evaluates when there
+    is an eval set.
     """
+    for name, value, kind in (("model_args", model_args, ModelArguments), ("data_args", data_args, DataArguments),
+                              ("training_args", training_args, TrainingArguments)):  # fmt: skip
+        require_type(name, value, kind, f"a {kind.__name__}")
     prepare_training_arguments(training_args)
+    output = output_folder(model_args, data_args, training_args, overwrite_output_dir)
+    source = Path(model_args.model_name_or_path or "")
+    if model_args.model_name_or_path is not None and source.is_dir():
+        checkpoint_files(source, sentence_transformers_files(source))  # copied after training: links checked now
     resume = checkpoint_to_resume(training_args)
     family = model_family(
         model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
@@ -290,6 +344,9 @@ def finetune(
     model = build_model(model_args, task, family, config, calibration)
     if training_args.parallel_mode == ParallelMode.DISTRIBUTED:
         model = convert_sync_batchnorm(model, training_args.device.type)
+    if resume is not None:
+        check_resume_checkpoint(Path(resume), model)
+    callbacks = [NormStateCallback(), *([record_on_save(output.take())] if output is not None else [])]
     masked_lm = task == "masked-lm"
     trainer = NormTrainer(
         model=model,
@@ -300,12 +357,11 @@ def finetune(
         data_collator=collator,
         compute_metrics=masked_lm_metrics() if masked_lm else classification_metrics(),
         preprocess_logits_for_metrics=argmax_logits if masked_lm else None,
-        callbacks=[NormStateCallback()],
+        callbacks=callbacks,
     )
 
     train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
     trainer.save_model()
-    source = Path(model_args.model_name_or_path or "")
     if model_args.model_name_or_path is not None and source.is_dir() and trainer.is_world_process_zero():
         copy_sentence_transformers_files(source, Path(training_args.output_dir))  # stays an embedding model
     trainer.log_metrics("train", train_metrics)
@@ -316,6 +372,14 @@ def finetune(
         eval_metrics = trainer.evaluate()
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
+    # The card, as transformers' example scripts write it; with push_to_hub, one push of the finished folder (weights,
+    # code, tokenizer, sentence-transformers files, metrics, card): NormTrainer pushes nothing before.
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset=data_args.dataset)
+    else:
+        create_trainer_model_card(trainer, dataset=data_args.dataset)
+    if output is not None:
+        output.record()
     return FinetuneResult(trainer, train_metrics, eval_metrics)
 
 
@@ -341,7 +405,7 @@ def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> N
 # Command line
 # --------------------------------------------------------------------------------------------------------------------
 
-ARGUMENT_CLASSES = (ModelArguments, DataArguments, TrainingArguments)
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, OutputArguments, TrainingArguments)
 
 
 class FinetuneArgumentParser(HfArgumentParser):
@@ -371,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
             *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
             if unknown:
                 raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
-        finetune(*arguments)
+        model_args, data_args, output_args, training_args = arguments
+        with tokens_redacted(model_args.token, training_args.hub_token, get_token()):
+            finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
     return outcome.status
 
 

@@ -14,7 +14,15 @@ import datasets
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig, PreTrainedModel
 
-from ..conversion.checkpoint_io import ConversionError, check_source_config, check_weights, looks_like_a_path
+from ..conversion.checkpoint_io import (
+    ConversionError,
+    check_model_fits,
+    check_size_fields,
+    check_source_config,
+    check_weights,
+    looks_like_a_path,
+    read_json_object,
+)
 from ..conversion.convert import convert_model
 from ..models.configuration_bert_norm import BertNormConfig
 from ..models.configuration_deit_norm import DeiTNormConfig
@@ -123,6 +131,8 @@ def build_config(model_args: ModelArguments, family: str, label_names: list[str]
     if converted_from_layernorm(model_args):
         explicit = override_keys(model_args.config_overrides)
         options.update(function_preserving_options(model_args.norm_type, explicit) or {})
+    if label_names is not None:
+        check_label_count(model_args.model_name_or_path, len(label_names))
     try:
         if model_args.model_name_or_path is not None:
             config = config_class.from_pretrained(model_args.model_name_or_path, token=model_args.token, **options)
@@ -132,6 +142,19 @@ def build_config(model_args: ModelArguments, family: str, label_names: list[str]
         raise FinetuneInputError(f"Invalid model config: {error}") from error
     apply_config_overrides(config, model_args.config_overrides)
     return config
+
+
+def check_label_count(source: str | None, count: int) -> None:
+    """Refuse, before any config is built, a label count whose classifier would dwarf a local checkpoint's weights
+    (`check_size_fields`)."""
+    folder = Path(source).expanduser() if source is not None else None
+    if folder is None or not folder.is_dir():
+        return
+    try:
+        config = read_json_object(folder / "config.json", "the checkpoint's config must be a JSON object")
+        check_size_fields({**config, "num_labels": count}, check_weights(folder, allow_pickle=True)[1], "The labels")
+    except ConversionError as error:
+        raise FinetuneInputError(str(error)) from None
 
 
 def converted_from_layernorm(model_args: ModelArguments) -> bool:
@@ -156,6 +179,7 @@ def build_model(
     (`hf_norms.convert_model`) on `calibration`, training examples: from the naive swap, fine-tuning does not learn.
     """
     model_class = TASK_MODELS[task][family]
+    check_size(model_class, config, model_args.model_name_or_path)
     if model_args.model_name_or_path is None:
         return model_class(config)
     loading = {"ignore_mismatched_sizes": True, "token": model_args.token}
@@ -180,6 +204,17 @@ def build_model(
         stages["calibrated"]["end_to_end"]["mean_cosine"], stages["naive"]["end_to_end"]["mean_cosine"],
     )  # fmt: skip
     return student
+
+
+def check_size(model_class: type[PreTrainedModel], config: PreTrainedConfig, source: str | None) -> None:
+    """Refuse, before allocating it, a model larger than memory or, from a local checkpoint, much larger than its
+    weights (`check_model_fits`: e.g. `num_labels` of a million)."""
+    folder = Path(source).expanduser() if source is not None else None
+    stored = check_weights(folder, allow_pickle=True)[1] if folder is not None and folder.is_dir() else None
+    try:
+        check_model_fits(model_class, config, stored, "The model config (checkpoint, labels and --config_overrides)")
+    except ConversionError as error:
+        raise FinetuneInputError(str(error)) from None
 
 
 @dataclass

@@ -35,6 +35,7 @@ from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert, parse_norm_options
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD, REPORT_PNG
 from hf_norms.hub.server import HubServer
+from hf_norms.output_folders import OutputFolderError
 
 EXACT_TYPES = ["sepnorm", "dtn", "lape"]
 STAGE_KEYS = {"max_abs_diff", "mean_cosine", "top1_agreement", "kl_divergence"}
@@ -394,7 +395,7 @@ def test_pickle_checkpoint_converts_with_allow_pickle(tiny_vit_dir, tmp_path):
 def test_existing_output_is_replaced_only_with_overwrite_and_only_when_hf_norms_wrote_it(tiny_vit_dir, tmp_path):
     out = tmp_path / "out"
     convert(tiny_vit_dir, "lape", out)
-    with pytest.raises(ConversionError, match="--overwrite"):
+    with pytest.raises(OutputFolderError, match="--overwrite"):
         convert(tiny_vit_dir, "dtn", out)
     convert(tiny_vit_dir, "dtn", out, overwrite=True)
     assert json.loads((out / REPORT_JSON).read_text())["norm_type"] == "dtn"
@@ -402,13 +403,13 @@ def test_existing_output_is_replaced_only_with_overwrite_and_only_when_hf_norms_
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "keep.txt").write_text("mine")
-    with pytest.raises(ConversionError, match="hf-norms did not write it"):
+    with pytest.raises(OutputFolderError, match="hf-norms did not write it"):
         convert(tiny_vit_dir, "lape", mine, overwrite=True)
     assert os.listdir(mine) == ["keep.txt"]
 
 
 def test_output_inside_the_source_is_refused(tiny_vit_dir):
-    with pytest.raises(ConversionError, match="inside the source"):
+    with pytest.raises(OutputFolderError, match="inside the source"):
         convert(tiny_vit_dir, "lape", tiny_vit_dir / "converted")
     assert not (tiny_vit_dir / "converted").exists()
 

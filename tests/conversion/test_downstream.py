@@ -116,8 +116,8 @@ def test_card_carries_in_domain_out_of_domain_and_probe_results(tiny_bert_proof)
     card = model_card_for_folder(folder, "hf-norms/tiny-bert-dtn")
     entries = {(result.dataset_name, result.metric_name): result.metric_value for result in card.data.eval_results}
     stage = report["stages"]["naive"]
-    assert entries[("Python documentation paragraphs", "mean cosine similarity to the source model's outputs, out "
-                    "of domain (naive)")] == stage["out_of_domain"]["mean_cosine"]  # fmt: skip
+    # Python documentation paragraphs have no Hub dataset id, so their figures are in the card's table only
+    assert not [name for _, name in entries if "out of domain" in name]
     probe_name = "BBC News topics (5 classes)"
     assert (
         entries[(probe_name, "accuracy of this checkpoint through the source's linear probe (naive)")]
@@ -139,7 +139,7 @@ def test_card_without_downstream_checks_shows_none(tiny_bert_dir, tmp_path):
     assert report["out_of_domain_evaluation"] is None and report["probe_evaluation"] is None
     assert "out_of_domain" not in report["stages"]["exact"]
     card = model_card_for_folder(folder, "hf-norms/tiny-bert-sepnorm")
-    assert all("out of domain" not in result.metric_name for result in card.data.eval_results)
+    assert all("out of domain" not in result.metric_name for result in card.data.eval_results or [])
     assert "out-of-domain cosine" not in str(card) and "## Linear probe" not in (folder / REPORT_MD).read_text()
 
 

@@ -21,10 +21,10 @@ from safetensors.torch import load_file, save_file
 from test_convert import leftovers, save_images, tree_digest
 
 from hf_norms import cli
-from hf_norms.conversion.output_folders import MARKER_NAME, staging_folder
 from hf_norms.conversion.report import REPORT_JSON
 from hf_norms.hub.card_facts import gather_card_facts
 from hf_norms.hub.model_card import model_card_for_folder
+from hf_norms.output_folders import MARKER_NAME, Marker, staging_folder
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:
@@ -140,19 +140,28 @@ def test_a_killed_conversion_leaves_a_staging_folder_that_the_next_run_removes(t
 def test_only_staging_folders_of_dead_processes_are_removed(tiny_vit_dir, tmp_path):
     output = tmp_path / "out"
     dead = subprocess.run(
-        [sys.executable, "-c", f"from hf_norms.conversion.output_folders import staging_folder as s; "
+        [sys.executable, "-c", f"from hf_norms.output_folders import staging_folder as s; "
                                f"from pathlib import Path; print(s(Path({str(output)!r})))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    alive = staging_folder(output)  # this process's: a run still going on
     legacy = tmp_path / ".out.tmp-abcd1234"
     legacy.mkdir()
     unrelated = tmp_path / ".out.mine"
     unrelated.mkdir()
     assert cli.main(["convert", str(tiny_vit_dir), "--norm-type", "lape", "--output", str(output)]) == 0
-    assert not Path(dead).exists() and not legacy.exists()
-    assert alive.is_dir() and (alive / MARKER_NAME).is_file() and unrelated.is_dir()
-    assert not (output / MARKER_NAME).exists()
+    assert not Path(dead).exists() and not legacy.exists() and unrelated.is_dir()
+    marker = Marker.read(output)  # the output records the run and every file it wrote
+    assert marker.command == "convert" and set(marker.files) == {
+        str(p.relative_to(output)) for p in output.rglob("*") if p.is_file() and p.name != MARKER_NAME
+    }
+
+
+def test_a_run_on_an_output_another_live_run_stages_stops_at_once_naming_it(tiny_vit_dir, tmp_path, capsys):
+    output = tmp_path / "out"
+    alive = staging_folder(output)  # this process's: a run still going on, started first
+    status, err = run(["convert", str(tiny_vit_dir), "--norm-type", "lape", "--output", str(output)], capsys)
+    assert_refused(status, err, f"Another hf-norms run (process {os.getpid()}) is writing {output}")
+    assert alive.is_dir() and (alive / MARKER_NAME).is_file() and not output.exists()
 
 
 # --------------------------------------------------------------------------------------------------------------------

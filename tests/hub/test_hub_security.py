@@ -7,27 +7,38 @@ unchanged store, and for a server that answers at once rather than holding a thr
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.client
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+from raw_http import (
+    PROMPT_SECONDS,
+    assert_no_injection,
+    commit_lines,
+    file_line,
+    get,
+    hub_command,
+    peak_memory_bytes,
+    port_of,
+    post_request,
+    raw_exchange,
+    request_bytes,
+    store_state,
+)
 
-from hf_norms.hub.server import HubServer
+from hf_norms.hub.server import HubError, HubServer
 from hf_norms.hub.server import http as hub_http
 from hf_norms.hub.server.http import token_user
-from hf_norms.hub.server.store import HubError
 
 TOKEN = "security-test-token"
 BODY_LIMIT = 1 << 16
-PROMPT_SECONDS = 2.0  # an answer later than this means the server waited on the request
 
 pytestmark = pytest.mark.usefixtures("hub_online")
 
@@ -46,75 +57,6 @@ def open_hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """A hub started without tokens: every distinct token is its own user."""
     with HubServer(tmp_path_factory.mktemp("open-hub")) as server:
         yield server
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def store_state(hub: HubServer) -> dict[str, str]:
-    """Every file under the hub's root with the sha256 of its bytes."""
-    return {
-        p.relative_to(hub.root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(hub.root.rglob("*"))
-        if p.is_file()
-    }
-
-
-def raw_exchange(
-    hub: HubServer, request: bytes, *, expect_close: bool = False
-) -> tuple[http.client.HTTPResponse, bytes, float]:
-    """Send `request` bytes on a fresh connection that stays open; return the parsed response, its body and the
-    seconds until it was answered. With `expect_close`, also assert that the server then closed the connection."""
-    port = int(hub.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=PROMPT_SECONDS * 3) as sock:
-        started = time.monotonic()
-        sock.sendall(request)
-        response = http.client.HTTPResponse(sock)
-        response.begin()
-        body = response.read()
-        elapsed = time.monotonic() - started
-        if expect_close:
-            sock.settimeout(PROMPT_SECONDS)
-            assert sock.recv(1) == b"", "the server kept the connection open"
-    return response, body, elapsed
-
-
-def get(hub: HubServer, target: str, **headers: str) -> bytes:
-    """A raw GET of `target` (sent as given, without encoding)."""
-    lines = [f"GET {target} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
-    return "\r\n".join(lines).encode("latin-1")
-
-
-def post_request(target: str, body: bytes, token: str | None = TOKEN, **headers: str) -> bytes:
-    """Raw bytes of a POST with `body` and a matching Content-Length, unless `headers` sets framing itself."""
-    head = {"Host": "127.0.0.1", "Content-Type": "application/x-ndjson"}
-    if token:
-        head["Authorization"] = f"Bearer {token}"
-    if not {"Content-Length", "Transfer-Encoding"} & set(headers):
-        head["Content-Length"] = str(len(body))
-    head.update(headers)
-    lines = [f"POST {target} HTTP/1.1", *(f"{k}: {v}" for k, v in head.items()), "", ""]
-    return "\r\n".join(lines).encode("latin-1") + body
-
-
-def assert_no_injection(response: http.client.HTTPResponse) -> None:
-    """No header beyond the server's own, and no header value holding CR, LF or NUL."""
-    names = {name.lower() for name, _ in response.getheaders()}
-    assert "set-cookie" not in names and "x-injected" not in names
-    assert not any(set(value) & {"\r", "\n", "\0"} for _, value in response.getheaders())
-
-
-def commit_lines(*lines: object) -> bytes:
-    """An ndjson commit body: a valid header line, then `lines` (JSON values, or raw bytes sent as they are)."""
-    header = {"key": "header", "value": {"summary": "test", "description": ""}}
-    encoded = [json.dumps(line).encode() if not isinstance(line, bytes) else line for line in (header, *lines)]
-    return b"\n".join(encoded)
-
-
-def file_line(path: str, content: bytes = b"x") -> dict:
-    return {"key": "file", "value": {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"}}
 
 
 def assert_answers_promptly(hub: HubServer) -> None:
@@ -153,7 +95,7 @@ def test_control_characters_in_the_request_target_are_refused(hub: HubServer, ta
 
 def test_control_characters_in_a_commit_revision_are_refused_and_nothing_is_stored(hub: HubServer) -> None:
     before = store_state(hub)
-    request = post_request(f"/api/models/org/target/commit/main{INJECTION}", commit_lines(file_line("new.txt")))
+    request = post_request(f"/api/models/org/target/commit/main{INJECTION}", commit_lines(file_line("new.txt")), TOKEN)
     response, _, _ = raw_exchange(hub, request)
     assert response.status == 400
     assert_no_injection(response)
@@ -221,11 +163,15 @@ def test_urls_come_from_the_configured_address_not_the_host_header(hub: HubServe
         {"Content-Length": str(BODY_LIMIT + 1)},
         {"Transfer-Encoding": "chunked", "Content-Length": "5"},
         {"Transfer-Encoding": "gzip"},
+        {"Transfer-Encoding": "chunked\r\nTransfer-Encoding: chunked"},  # two of them
+        {"Transfer-Encoding": "chunked, chunked"},
+        {"Transfer-Encoding": "identity"},
+        {"Transfer-Encoding": ""},
     ],
 )
 def test_bad_framing_is_answered_at_once_without_reading_the_body(hub: HubServer, framing: dict[str, str]) -> None:
     before = store_state(hub)
-    request = post_request("/api/models/org/target/commit/main", b"", **framing)  # no body follows
+    request = post_request("/api/models/org/target/commit/main", b"", TOKEN, **framing)  # no body follows
     response, body, elapsed = raw_exchange(hub, request, expect_close=True)
     assert response.status == 400 and json.loads(body)["error"]
     assert elapsed < PROMPT_SECONDS  # answered without waiting for the body it announced
@@ -237,7 +183,7 @@ def test_bad_framing_is_answered_at_once_without_reading_the_body(hub: HubServer
 def test_bad_chunk_sizes_are_refused(hub: HubServer, chunk_size: bytes) -> None:
     before = store_state(hub)
     request = post_request(
-        "/api/models/org/target/commit/main", chunk_size + b"\r\n", **{"Transfer-Encoding": "chunked"}
+        "/api/models/org/target/commit/main", chunk_size + b"\r\n", TOKEN, **{"Transfer-Encoding": "chunked"}
     )
     response, _, elapsed = raw_exchange(hub, request, expect_close=True)
     assert response.status == 400 and elapsed < PROMPT_SECONDS
@@ -248,7 +194,7 @@ def test_bad_chunk_sizes_are_refused(hub: HubServer, chunk_size: bytes) -> None:
 def test_a_valid_chunked_commit_is_stored(hub: HubServer) -> None:
     body = commit_lines(file_line("chunked.txt", b"chunky"))
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    request = post_request("/api/models/org/target/commit/main", chunked, **{"Transfer-Encoding": "chunked"})
+    request = post_request("/api/models/org/target/commit/main", chunked, TOKEN, **{"Transfer-Encoding": "chunked"})
     response, _, _ = raw_exchange(hub, request)
     assert response.status == 200
     assert "chunked.txt" in HfApi(endpoint=hub.url, token=TOKEN).list_repo_files("org/target")
@@ -277,7 +223,9 @@ def test_a_valid_chunked_commit_is_stored(hub: HubServer) -> None:
 )
 def test_malformed_commit_lines_are_refused_with_400(hub: HubServer, lines: tuple) -> None:
     before = store_state(hub)
-    response, body, _ = raw_exchange(hub, post_request("/api/models/org/target/commit/main", commit_lines(*lines)))
+    response, body, _ = raw_exchange(
+        hub, post_request("/api/models/org/target/commit/main", commit_lines(*lines), TOKEN)
+    )
     assert response.status == 400, body
     assert store_state(hub) == before
 
@@ -294,7 +242,7 @@ def test_malformed_commit_lines_are_refused_with_400(hub: HubServer, lines: tupl
 def test_malformed_commit_headers_are_refused_with_400(hub: HubServer, header: dict) -> None:
     before = store_state(hub)
     body = b"\n".join(json.dumps(line).encode() for line in (header, file_line("a.txt")))
-    response, _, _ = raw_exchange(hub, post_request("/api/models/org/target/commit/main", body))
+    response, _, _ = raw_exchange(hub, post_request("/api/models/org/target/commit/main", body, TOKEN))
     assert response.status == 400
     assert store_state(hub) == before
 
@@ -302,7 +250,7 @@ def test_malformed_commit_headers_are_refused_with_400(hub: HubServer, header: d
 @pytest.mark.parametrize("body", [b"[1]", b"7", b'"org"', b"{bad", b'{"name": ["x"]}'])
 def test_a_create_repo_body_that_is_not_an_object_is_refused_with_400(hub: HubServer, body: bytes) -> None:
     before = store_state(hub)
-    request = post_request("/api/repos/create", body, **{"Content-Type": "application/json"})
+    request = post_request("/api/repos/create", body, TOKEN, **{"Content-Type": "application/json"})
     response, _, _ = raw_exchange(hub, request)
     assert response.status == 400
     assert store_state(hub) == before
@@ -316,7 +264,7 @@ def test_a_create_repo_body_that_is_not_an_object_is_refused_with_400(hub: HubSe
 def test_file_names_a_hub_client_would_refuse_are_refused_at_upload(hub: HubServer, path: str) -> None:
     before = store_state(hub)
     response, body, _ = raw_exchange(
-        hub, post_request("/api/models/org/target/commit/main", commit_lines(file_line(path)))
+        hub, post_request("/api/models/org/target/commit/main", commit_lines(file_line(path)), TOKEN)
     )
     assert response.status == 400 and "Invalid path in repo" in json.loads(body)["error"]
     assert_no_injection(response)
@@ -374,3 +322,206 @@ def test_with_tokens_every_listed_token_is_the_configured_user(tmp_path: Path) -
         with pytest.raises(HfHubHTTPError) as excinfo:
             HfApi(endpoint=hub.url, token="other-token").create_repo("org/other")
         assert excinfo.value.response.status_code == 401
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Refusals from the headers: no body is read for a request that cannot be authorised
+# --------------------------------------------------------------------------------------------------------------------
+
+ALICE, BOB = "alice-token-owner", "bob-token-other"
+PUBLIC = "alice-org/public"
+ANNOUNCED_BYTES = 200 * 1024 * 1024  # announced by the requests below, which send a few bytes of it
+
+
+@pytest.fixture(scope="module")
+def owned_hub(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+    """A hub without tokens (each token its own user) and with the default body limit, where alice owns `alice-org`:
+    `alice-org/public` (a file, a branch `dev`, a tag `v1`) and `alice-org/secret` (private); bob owns `bob-org/own`."""
+    with HubServer(tmp_path_factory.mktemp("owned-hub")) as server:
+        alice, bob = HfApi(endpoint=server.url, token=ALICE), HfApi(endpoint=server.url, token=BOB)
+        alice.create_repo("alice-org/public")
+        alice.upload_file(path_or_fileobj=b"a", path_in_repo="a.txt", repo_id="alice-org/public")
+        alice.create_branch("alice-org/public", branch="dev")
+        alice.create_tag("alice-org/public", tag="v1")
+        alice.create_repo("alice-org/secret", private=True)
+        bob.create_repo("bob-org/own")
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "token", "status"),
+    [
+        ("POST", "/api/models/alice-org/public/commit/main", None, 401),
+        ("POST", "/api/models/alice-org/public/commit/main", BOB, 403),
+        ("POST", "/api/models/alice-org/secret/commit/main", BOB, 404),
+        ("POST", "/api/models/alice-org/public/commit/main?create_pr=1", BOB, 403),
+        ("POST", "/api/models/alice-org/public/preupload/main", BOB, 403),
+        ("POST", "/api/models/alice-org/public/branch/bob", BOB, 403),
+        ("POST", "/api/models/alice-org/public/tag/main", None, 401),
+        ("DELETE", "/api/models/alice-org/public/branch/dev", BOB, 403),
+        ("DELETE", "/api/models/alice-org/public/tag/v1", BOB, 403),
+        ("PUT", "/api/models/alice-org/public/settings", BOB, 403),
+        ("PUT", "/api/models/alice-org/secret/settings", BOB, 404),
+        ("POST", "/api/repos/create", None, 401),
+        ("DELETE", "/api/repos/delete", None, 401),
+        ("POST", "/api/repos/move", None, 401),
+    ],
+)
+def test_a_request_refused_for_authorisation_is_answered_from_its_headers(
+    owned_hub: HubServer, method: str, target: str, token: str | None, status: int
+) -> None:
+    """200 MB announced, 16 bytes sent: the answer comes at once, without waiting for (or holding) the body."""
+    before = store_state(owned_hub)
+    request = request_bytes(method, target, b'{"name": "x", "a', token, **{"Content-Length": str(ANNOUNCED_BYTES)})
+    response, body, elapsed = raw_exchange(owned_hub, request, expect_close=True)
+    assert response.status == status, body
+    assert elapsed < PROMPT_SECONDS
+    assert store_state(owned_hub) == before
+
+
+SMUGGLED = b"GET /api/whoami-v2 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + ALICE.encode() + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "status"),
+    [
+        ("POST", "/api/no-such-endpoint", 404),
+        ("POST", "/api/models/alice-org/public/commit/main%0d%0a", 400),  # a control character in the target
+        ("GET", "/api/models/alice-org/public", 200),  # an endpoint that takes no body
+        ("DELETE", "/api/models/alice-org/public/tag/v1", 401),
+    ],
+)
+def test_a_body_left_unread_is_never_taken_for_the_next_request(
+    owned_hub: HubServer, method: str, target: str, status: int
+) -> None:
+    """A body holding a whole request, sent with a request answered without reading it: the connection is closed
+    after the one answer, so the request inside the body is never answered (or run)."""
+    before = store_state(owned_hub)
+    response, _, _ = raw_exchange(owned_hub, request_bytes(method, target, SMUGGLED, None), expect_close=True)
+    assert response.status == status
+    assert store_state(owned_hub) == before
+
+
+def test_an_invalid_token_is_refused_before_the_body(hub_online: None, tmp_path: Path) -> None:
+    with HubServer(tmp_path, tokens=[TOKEN]) as guarded:
+        HfApi(endpoint=guarded.url, token=TOKEN).create_repo("org/kept")
+        before = store_state(guarded)
+        request = post_request(
+            "/api/models/org/kept/commit/main", b"{}", "not-the-token", **{"Content-Length": str(ANNOUNCED_BYTES)}
+        )
+        response, body, elapsed = raw_exchange(guarded, request, expect_close=True)
+        assert response.status == 401 and json.loads(body)["error"] == "Invalid credentials in Authorization header"
+        assert elapsed < PROMPT_SECONDS
+        assert store_state(guarded) == before
+
+
+def test_a_client_that_sends_the_whole_refused_body_still_reads_the_answer(owned_hub: HubServer) -> None:
+    """The server answers before the body arrives and then discards what still comes, so a client that writes its
+    whole request before reading (as `http.client` and `httpx` do) gets the 403 rather than a reset connection."""
+    before = store_state(owned_hub)
+    connection = http.client.HTTPConnection("127.0.0.1", port_of(owned_hub.url), timeout=10)
+    body = commit_lines(file_line("big.bin", bytes(6 << 20)))
+    headers = {"Authorization": f"Bearer {BOB}", "Content-Type": "application/x-ndjson"}
+    connection.request("POST", "/api/models/alice-org/public/commit/main", body=body, headers=headers)
+    response = connection.getresponse()
+    assert response.status == 403 and response.getheader("Connection") == "close"
+    connection.close()
+    assert store_state(owned_hub) == before
+
+
+def _upload_without_a_token(url: str, sent_bytes: int) -> int | None:
+    """Announce a 200 MB commit without a token, send `sent_bytes` of it, stop sending; the status, or None when the
+    server closed the connection before the answer could be read."""
+    head = post_request("/api/models/alice-org/big/commit/main", b"", None, **{"Content-Length": str(ANNOUNCED_BYTES)})
+    chunk = bytes(1 << 20)
+    with socket.create_connection(("127.0.0.1", port_of(url)), timeout=20) as sock:
+        try:
+            sock.sendall(head)
+            for _ in range(sent_bytes // len(chunk)):
+                sock.sendall(chunk)
+            sock.shutdown(socket.SHUT_WR)
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            return response.status
+        except OSError:
+            return None
+
+
+def test_unauthenticated_uploads_do_not_grow_the_server_memory(hub_online: None, tmp_path: Path) -> None:
+    """Three concurrent uploads without a token, each announcing 200 MB and sending 64 MB, to the real `hf-norms hub`
+    process: its peak resident memory (VmHWM) grows by less than 16 MB (reading the bodies would take 192 MB)."""
+    with hub_command(tmp_path / "hub") as (process, url):
+        HfApi(endpoint=url, token=ALICE).create_repo("alice-org/big")
+        before = peak_memory_bytes(process.pid)
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            statuses = list(pool.map(lambda _: _upload_without_a_token(url, 64 << 20), range(3)))
+        grown = peak_memory_bytes(process.pid) - before
+        assert HfApi(endpoint=url, token=ALICE).list_repo_files("alice-org/big") == [".gitattributes"]
+    assert set(statuses) <= {401, None}, statuses
+    assert grown < 16 << 20, f"peak memory grew by {grown / 2**20:.0f} MiB"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Owner-only writes through the new endpoints; names that differ only by case; refusals that say why
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _refused_writes(bob: HfApi, anonymous: HfApi) -> list[tuple[int, Callable[[], object]]]:
+    """Each write bob (or no token) may not do to alice's repos, with the status it gets."""
+    return [
+        (403, lambda: bob.delete_repo("alice-org/public")),
+        (401, lambda: anonymous.delete_repo("alice-org/public")),
+        (404, lambda: bob.delete_repo("alice-org/secret")),
+        (403, lambda: bob.update_repo_settings("alice-org/public", private=True)),
+        (404, lambda: bob.update_repo_settings("alice-org/secret", private=False)),
+        (403, lambda: bob.move_repo("alice-org/public", "bob-org/public")),
+        (403, lambda: bob.move_repo("bob-org/own", "alice-org/own")),  # into alice's namespace
+        (404, lambda: bob.move_repo("alice-org/secret", "bob-org/secret")),
+        (403, lambda: bob.delete_branch("alice-org/public", branch="dev")),
+        (403, lambda: bob.delete_tag("alice-org/public", tag="v1")),
+        (403, lambda: bob.upload_file(path_or_fileobj=b"b", path_in_repo="b", repo_id=PUBLIC, create_pr=True)),
+        (403, lambda: bob.create_repo("ALICE-ORG/x")),  # alice's namespace, in other letters
+        (403, lambda: bob.create_repo("Alice-Org/x")),
+        (403, lambda: bob.create_repo(f"{token_user(ALICE).upper()}/x")),  # alice's own namespace, upper case
+        (403, lambda: bob.move_repo("bob-org/own", "Alice-ORG/own")),
+    ]
+
+
+def test_writes_to_another_users_repos_are_refused_and_change_nothing(owned_hub: HubServer) -> None:
+    bob, anonymous = HfApi(endpoint=owned_hub.url, token=BOB), HfApi(endpoint=owned_hub.url, token=False)
+    before = store_state(owned_hub)
+    for status, write in _refused_writes(bob, anonymous):
+        with pytest.raises(HfHubHTTPError) as excinfo:
+            write()
+        assert excinfo.value.response.status_code == status, excinfo.value
+        assert store_state(owned_hub) == before
+
+
+def test_a_403_names_the_caller_the_owner_and_what_to_do(owned_hub: HubServer) -> None:
+    bob, anonymous = HfApi(endpoint=owned_hub.url, token=BOB), HfApi(endpoint=owned_hub.url, token=False)
+    writes = [write for status, write in _refused_writes(bob, anonymous) if status == 403]
+    writes += [
+        lambda: bob.upload_file(path_or_fileobj=b"b", path_in_repo="b.txt", repo_id="alice-org/public"),
+        lambda: bob.create_branch("alice-org/public", branch="bob"),
+        lambda: bob.create_repo("alice-org/another"),
+    ]
+    for write in writes:
+        with pytest.raises(HfHubHTTPError) as excinfo:
+            write()
+        message = excinfo.value.response.headers["X-Error-Message"]
+        assert token_user(BOB) in message and token_user(ALICE) in message, message
+        assert "token" in message.split(":", 1)[1], message  # what to do: use the owner's token, or your namespace
+
+
+def test_repo_names_that_differ_only_by_case_are_one_repo(owned_hub: HubServer) -> None:
+    alice = HfApi(endpoint=owned_hub.url, token=ALICE)
+    alice.create_repo("alice-org/Mixed")
+    before = store_state(owned_hub)
+    for repo_id in ("alice-org/mixed", "ALICE-ORG/MIXED", "Alice-Org/Mixed"):
+        with pytest.raises(HfHubHTTPError) as excinfo:
+            alice.create_repo(repo_id)
+        assert excinfo.value.response.status_code == 409
+    with pytest.raises(HfHubHTTPError) as excinfo:
+        alice.move_repo("alice-org/public", "alice-org/MIXED")
+    assert excinfo.value.response.status_code == 409
+    assert store_state(owned_hub) == before

@@ -292,3 +292,137 @@ def test_version_guard(monkeypatch):
         assert installed in str(excinfo.value) and SUPPORTED_TRANSFORMERS in str(excinfo.value)
     monkeypatch.setenv(OVERRIDE_VARIABLE, "1")
     check_transformers_version("5.24.0")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What the metadata may say: Hub dataset ids, identical outputs, the base model, license and language, no local paths
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def tiny_folder_with_report(folder: Path, report_overrides: dict, norm_type: str = "dtn") -> Path:
+    """A tiny saved BERT with a conversion report in `hf_norms.convert`'s schema (the figures as given)."""
+    model = hf_norms.BertNormModel(tiny_config("bert", norm_type))
+    model.save_pretrained(folder)
+    report = {
+        "hf_norms_version": hf_norms.__version__,
+        "source": "/home/alice/models/all-MiniLM-L6-v2",
+        "source_revision": None,
+        "family": "bert",
+        "architecture": "BertNormModel",
+        "norm_type": norm_type,
+        "exact": True,
+        "options": {},
+        "folded": False,
+        "calibration": None,
+        "healing": None,
+        "evaluation": {"data": "/home/alice/data/bbc_news-test-128.txt", "samples": 128},
+        "stages": {"exact": {"end_to_end": {"max_abs_diff": 0.0, "mean_cosine": 0.9999999883584678,
+                                            "top1_agreement": None, "kl_divergence": None}}},
+        **report_overrides,
+    }  # fmt: skip
+    (folder / REPORT_NAME).write_text(json.dumps(report))
+    return folder
+
+
+OUT_OF_DOMAIN = {
+    "out_of_domain_evaluation": {
+        "data": "/home/alice/data/python_docs-128.txt",
+        "samples": 128,
+        "name": "Python documentation paragraphs",
+    },
+}
+
+
+def model_index_datasets(card: ModelCard) -> list[dict]:
+    return [result["dataset"] for result in card.data.to_dict().get("model-index", [{}])[0].get("results", [])]
+
+
+def test_model_index_names_only_hub_datasets(tmp_path):
+    """Results on data without a Hub id (a local text file, scikit-learn digits, a CSV) stay in the card's tables and
+    are left out of model-index, whose dataset `type` must be a Hub dataset id; `unspecified` is never written."""
+    stage = {"max_abs_diff": 0.0, "mean_cosine": 1.0, "top1_agreement": None, "kl_divergence": None}
+    stages = {"exact": {"end_to_end": stage, "out_of_domain": dict(stage)}}
+    folder = tiny_folder_with_report(tmp_path / "ood", {**OUT_OF_DOMAIN, "stages": stages})
+    card = model_card_for_folder(folder, "org/bert-dtn")
+    assert [dataset["type"] for dataset in model_index_datasets(card)] == ["SetFit/bbc-news"]
+    assert "Python documentation paragraphs" in str(card)  # the out-of-domain figures are still in the body
+    digits = {"out_of_domain_evaluation": {"data": "packaged:digits", "samples": 128, "name": "digits"}}
+    folder = tiny_folder_with_report(
+        tmp_path / "digits", {"evaluation": {"data": "digits-128", "samples": 8}, **digits}
+    )
+    assert model_index_datasets(model_card_for_folder(folder, "org/bert-dtn")) == []
+
+    trained = tmp_path / "trained"
+    hf_norms.BertNormForSequenceClassification(tiny_config("bert", "dtn")).save_pretrained(trained)
+    (trained / "trainer_state.json").write_text(json.dumps({"global_step": 3, "epoch": 1.0, "log_history": []}))
+    (trained / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.5, "eval_loss": 1.2}))
+    for dataset, expected in (("/home/alice/news.csv", []), (None, []), ("packaged:bbc-news", ["SetFit/bbc-news"])):
+        card = model_card_for_folder(trained, "org/bert-dtn-news", training_dataset=dataset)
+        assert [d["type"] for d in model_index_datasets(card)] == expected, dataset
+        assert "unspecified" not in str(card) and "/home/alice" not in str(card)
+        assert "| accuracy | 0.5 |" in str(card)
+
+
+def test_identical_outputs_show_cosine_one(tmp_path):
+    """An exact conversion whose outputs are identical (max abs diff 0) has cosine 1, not float32's 0.99999998836."""
+    stage = {"max_abs_diff": 0.0, "mean_cosine": 0.9999999883584678, "top1_agreement": 1.0, "kl_divergence": 1e-9}
+    stages = {"exact": {"end_to_end": stage, "out_of_domain": {**stage, "mean_cosine": 0.999999993480742}}}
+    folder = tiny_folder_with_report(tmp_path / "exact", {**OUT_OF_DOMAIN, "stages": stages})
+    card = model_card_for_folder(folder, "org/bert-dtn")
+    assert eval_values(card) == {"cosine_similarity": 1.0, "max_abs_diff": 0.0, "top1_agreement": 1.0,
+                                 "kl_divergence": 0.0}  # fmt: skip
+    assert "| exact | 0 | 1.0000 | — | — | — | 1.000 | 0 |" in str(card) and "0.99999" not in str(card)
+    assert "| exact | 1.0000 | 1.0000 |" in str(card)
+    close = {"max_abs_diff": 3e-7, "mean_cosine": 0.9999999, "top1_agreement": None, "kl_divergence": None}
+    folder = tiny_folder_with_report(tmp_path / "close", {"stages": {"exact": {"end_to_end": close}}})
+    assert eval_values(model_card_for_folder(folder, "org/bert-dtn"))["cosine_similarity"] == 0.9999999  # as measured
+
+
+@pytest.mark.parametrize(("epochs", "steps", "text"), [(1.0, 1, "1 step, 1 epoch"), (2.0, 6, "6 steps, 2 epochs"),
+                                                       (0.5, 2, "2 steps, 0.5 epochs")])  # fmt: skip
+def test_steps_and_epochs_are_counted_in_english(epochs, steps, text, tmp_path):
+    hf_norms.BertNormForSequenceClassification(tiny_config("bert", "dtn")).save_pretrained(tmp_path)
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": steps, "epoch": epochs, "log_history": []}))
+    assert f"Fine-tuned with the transformers Trainer ({text})." in str(model_card_for_folder(tmp_path, "org/x"))
+
+
+def test_a_fine_tuned_card_takes_base_model_license_and_language_from_its_source(tmp_path):
+    """Fine-tuned from a snapshot of a Hub repo in the cache: that repo is the base model, and license and language
+    come from its card; from a local folder without a card, the card asserts no license or language. A folder whose
+    own README.md (the card written at the end of training) names them keeps them when pushed."""
+    snapshot = tmp_path / "hub" / "models--org--src" / "snapshots" / "0123abcd"
+    model = hf_norms.BertNormForSequenceClassification(tiny_config("bert", "dtn"))
+    model.save_pretrained(snapshot)
+    (snapshot / "README.md").write_text("---\nlicense: mit\nlanguage: fr\n---\n# src\n")
+    bare = tmp_path / "bare"
+    model.save_pretrained(bare)
+    cards = {}
+    for name, source in (("snapshot", snapshot), ("bare", bare)):
+        trainer = CardTrainer(
+            model=hf_norms.BertNormForSequenceClassification.from_pretrained(source),
+            args=TrainingArguments(output_dir=str(tmp_path / f"out-{name}"), use_cpu=True, report_to="none"),
+        )
+        trainer.save_model()
+        trainer.state.global_step, trainer.state.epoch = 1, 1.0  # as after one step of training
+        cards[name] = trainer.create_model_card(model_name=f"org/{name}-ft") or ModelCard.load(
+            tmp_path / f"out-{name}" / "README.md"
+        )
+    snapshot_card = cards["snapshot"].data.to_dict()
+    assert snapshot_card["base_model"] == "org/src" and snapshot_card["base_model_relation"] == "finetune"
+    assert (snapshot_card["license"], snapshot_card["language"]) == ("mit", "fr")
+    assert not {"base_model", "license", "language"} & set(cards["bare"].data.to_dict())
+    pushed = model_card_for_folder(tmp_path / "out-snapshot", "org/snapshot-ft").data.to_dict()  # `hf-norms push`
+    assert (pushed["base_model"], pushed["license"], pushed["language"]) == ("org/src", "mit", "fr")
+
+
+def test_a_norm_trainer_pushes_nothing_before_push_to_hub(sepnorm_exact, tmp_path, caplog):
+    """With push_to_hub set, making the Trainer and saving the model send nothing (the suite runs offline, so any
+    request would fail): the repo is only named, and hub_strategy=checkpoint is refused with a warning."""
+    folder, _ = sepnorm_exact
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none", push_to_hub=True,
+                             hub_strategy="checkpoint")  # fmt: skip
+    trainer = CardTrainer(model=hf_norms.BertNormModel.from_pretrained(folder), args=args)
+    assert trainer.hub_model_id == "run" and "hub_strategy=checkpoint is ignored" in caplog.text
+    trainer.save_model()
+    trainer._push_from_checkpoint(str(tmp_path / "run"))
+    assert (tmp_path / "run" / "model.safetensors").is_file()

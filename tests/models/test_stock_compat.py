@@ -105,3 +105,45 @@ def test_new_parameters_get_their_documented_initial_values(tmp_path):
     lape = hf_norms.ViTNormModel.from_pretrained(tmp_path, norm_type="lape", lape_keep_input_pe=True)
     pe_norms = [m for m in lape.modules() if isinstance(m, hf_norms.PositionEmbeddingNorm)]
     assert len(pe_norms) == 2 and all(torch.equal(m.weight, torch.zeros(48)) for m in pe_norms)
+
+
+@pytest.mark.parametrize(
+    ("family", "model_name", "float64_reference_name"),
+    [
+        ("vit", "ViTNormModel", "ViTModel"),
+        ("deit", "DeiTNormModel", "DeiTModel"),
+        ("dinov2", "Dinov2NormModel", "ViTModel"),
+    ],
+)
+def test_interpolated_positions_keep_float64_and_resample_half_precision_in_float32(
+    family, model_name, float64_reference_name
+):
+    """float64 models resample their position grid in float64, as stock ViT and DeiT do (stock `Dinov2Model` resamples
+    in float32 at every precision, so DINOv2's grid is compared with a stock ViT's float64 resampling of the same
+    table); 16-bit models resample in float32 and round once."""
+    from conftest import tiny_config
+
+    import hf_norms
+
+    config = tiny_config(family, "layernorm")
+    torch.manual_seed(0)
+    ours = getattr(hf_norms, model_name)(config).eval()
+    reference_config = stock_config(config if family != "dinov2" else tiny_config("vit", "layernorm"))
+    reference = getattr(transformers, float64_reference_name)(reference_config).embeddings
+    table = ours.embeddings.position_embeddings.detach().clone()
+    assert reference.position_embeddings.shape == table.shape
+    height, width = 48, 40  # a 6 x 5 grid from the 4 x 4 one
+    embeddings = torch.zeros(1, config.num_prefix_tokens + (height // 8) * (width // 8), 48)
+
+    with torch.no_grad():
+        reference.position_embeddings.copy_(table)
+        resampled = ours.double().embeddings.interpolate_pos_encoding(embeddings.double(), height, width)
+        expected = reference.double().interpolate_pos_encoding(embeddings.double(), height, width)
+    assert resampled.dtype == expected.dtype == torch.float64
+    assert (resampled - expected).abs().max().item() <= 1e-12
+
+    with torch.no_grad():  # the float32 resampling of the bf16-rounded table, rounded once
+        ours.float().embeddings.position_embeddings.copy_(table.to(torch.bfloat16).float())
+        in_float32 = ours.embeddings.interpolate_pos_encoding(embeddings, height, width).to(torch.bfloat16)
+        in_bfloat16 = ours.to(torch.bfloat16).embeddings.interpolate_pos_encoding(embeddings.bfloat16(), height, width)
+    assert in_bfloat16.dtype == torch.bfloat16 and torch.equal(in_bfloat16, in_float32)

@@ -6,7 +6,10 @@ to `CPUSyncBatchNorm` (a differentiable all-reduce of the batch statistics). Che
 - the layer itself: 2 processes holding 5 and 3 examples give the output, input gradients, summed weight gradients and
   running statistics of one BatchNorm over all 8 (and an unsynchronised BatchNorm does not);
 - the whole fine-tune: both ranks end with identical weights and BatchNorm buffers, equal to what the run saved, and
-  the 2 x 8 run follows the 1 x 16 single-process run (same batches) step for step.
+  the 2 x 8 run follows the 1 x 16 single-process run (same batches) step for step;
+- the losses a run logs and saves: a BERT head (whose loss ignores the Trainer's `num_items_in_batch`) fine-tuned on
+  2 x 4 examples writes the training losses and `eval_loss` of the 1 x 8 run, not twice them (transformers 5.23
+  multiplies such a loss by the world size; its stock BERT heads log 3.22 where one process logs 1.61).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainingArguments
 
+from hf_norms import packaged
 from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
 
 TINY_SEPNORM_VIT = ModelArguments(
@@ -32,18 +36,29 @@ TINY_SEPNORM_VIT = ModelArguments(
     ),
 )
 DATA = DataArguments(dataset="packaged:fashion-mnist", max_train_samples=96, max_eval_samples=32)
+TINY_DTN_BERT = ModelArguments(
+    model_type="bert_norm",
+    norm_type="dtn",
+    config_overrides=(
+        "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=64,max_position_embeddings=64,"
+        "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"
+    ),
+    tokenizer_name=str(packaged.minilm_path()),
+)
+TEXT_DATA = DataArguments(dataset="packaged:bbc-news", max_train_samples=24, max_eval_samples=16, max_seq_length=32)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def training_args(output_dir, per_device_batch: int) -> TrainingArguments:
+def training_args(output_dir, per_device_batch: int, max_steps: int = 6) -> TrainingArguments:
     """SGD, so that parameters whose gradient is only rounding noise are not blown up to full steps as Adam does."""
     return TrainingArguments(
         output_dir=str(output_dir),
         use_cpu=True,
-        max_steps=6,
+        max_steps=max_steps,
         per_device_train_batch_size=per_device_batch,
+        per_device_eval_batch_size=per_device_batch,
         optim="sgd",
         learning_rate=0.05,
         logging_steps=1,
@@ -59,7 +74,7 @@ import copy, json, sys
 import torch, torch.distributed as dist
 from safetensors.torch import save_file
 sys.path.insert(0, {test_dir!r})
-from test_distributed import DATA, TINY_SEPNORM_VIT, training_args
+from test_distributed import DATA, TEXT_DATA, TINY_DTN_BERT, TINY_SEPNORM_VIT, training_args
 from hf_norms import SeparateNorm
 from hf_norms.training.finetune import finetune
 from hf_norms.training.sync_batchnorm import CPUSyncBatchNorm, convert_sync_batchnorm
@@ -110,6 +125,9 @@ report = {{
 }}
 with open(f"{{output_dir}}/rank{{rank}}.json", "w") as stream:
     json.dump(report, stream)
+
+# 3. A BERT head, whose loss ignores `num_items_in_batch`: the run writes trainer_state.json and eval_results.json.
+finetune(TINY_DTN_BERT, TEXT_DATA, training_args(f"{{output_dir}}/bert", per_device_batch=4, max_steps=3))
 """
 
 
@@ -163,7 +181,25 @@ def test_two_process_fine_tune_matches_one_process(two_process_run, tmp_path):
     single = finetune(TINY_SEPNORM_VIT, DATA, training_args(tmp_path, per_device_batch=16))
     single_losses = [entry["loss"] for entry in single.trainer.state.log_history if "loss" in entry]
     assert single_losses == pytest.approx(reports[0]["losses"], abs=1e-5)
+    assert single.eval_metrics["eval_loss"] == pytest.approx(reports[0]["eval_loss"], abs=1e-5)
     single_state = single.trainer.model.state_dict()
     differences = {name: (single_state[name].float() - saved[name].float()).abs().max().item() for name in saved}
     assert max(differences.values()) < 1e-4, sorted(differences.items(), key=lambda item: -item[1])[:3]
     assert any(name.endswith("prefix_norm.running_var") for name in saved)
+
+
+def logged_losses(output_dir) -> tuple[list[float], float]:
+    """The training losses of `trainer_state.json`'s log history and the `eval_loss` of `eval_results.json`."""
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    eval_loss = json.loads((output_dir / "eval_results.json").read_text())["eval_loss"]
+    return [entry["loss"] for entry in history if "loss" in entry], eval_loss
+
+
+@pytest.mark.slow
+def test_two_processes_log_and_save_the_loss_of_one_process(two_process_run, tmp_path):
+    two_losses, two_eval_loss = logged_losses(two_process_run / "bert")
+    finetune(TINY_DTN_BERT, TEXT_DATA, training_args(tmp_path, per_device_batch=8, max_steps=3))
+    one_losses, one_eval_loss = logged_losses(tmp_path)
+    assert len(one_losses) == 3 and 1.0 < one_losses[0] < 2.0  # about ln(5) for 5 classes at the start
+    assert two_losses == pytest.approx(one_losses, abs=1e-5)
+    assert two_eval_loss == pytest.approx(one_eval_loss, abs=1e-5)

@@ -12,14 +12,20 @@ or standalone: `hf-norms hub --root DIR --port 8000 --token test-token`.
 Users: with `tokens` given, each of them authenticates as `user` and every other token is refused (401). Without
 `tokens`, every distinct non-empty token is its own user, named `user-` and the first 16 hex digits of the token's
 sha256 (`token_user`), so two clients with different tokens cannot read each other's private repos or write to each
-other's namespaces; such names are reserved for the tokens they come from. `routes.py` says who may read and write.
+other's namespaces; such names (in any letter case) are reserved for the tokens they come from. `messages.py` says who
+may read and write.
 
-Requests are checked before any endpoint runs, and refused with 400: a request target (path, revision, query) or a
-header that holds a control character (CR, LF, NUL, ...) after URL-decoding; a `Content-Length` that is not a decimal
-number, or is larger than `max_body_bytes` (1 GiB unless set); a malformed chunked body. A request whose body cannot
-be delimited is answered at once, without reading the body, and its connection closed. Every response header value is
-written with its control and non-ASCII characters escaped, so no text from a request can split a header. URLs in
-answers are built from the address the server is bound to, never from the request's `Host` header.
+Requests are checked from their request line and headers before any endpoint runs, and refused with 400: a request
+target (path, revision, query) or a header that holds a control character (CR, LF, NUL, ...) after URL-decoding; a
+`Content-Length` that is not one decimal number, or is larger than the endpoint's limit (`max_body_bytes`, 1 GiB unless
+set, for a commit; 16 MiB for a JSON body); a `Transfer-Encoding` that is not one `chunked`, or comes with a
+`Content-Length`. The body is read only when the endpoint asks for it, after it has checked who is asking: a request
+refused for its framing or for authorisation (401, 403, 404) is answered from its headers alone. A connection whose
+body was not read is then closed: the server stops writing and discards whatever the client still sends for at most
+`LINGER_SECONDS`, so the client can read the answer, and nothing of it is kept. Every response header value is written
+with its control and non-ASCII characters escaped, so no text from a request can split a header. URLs in answers are
+built from the address the server is bound to, never from the request's `Host` header. The listen backlog is
+`LISTEN_BACKLOG`, so a burst of clients is queued by the kernel, not reset.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,12 +48,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .routes import Request, Response, error_response, route
-from .store import CONTROL_CHARACTERS, DEFAULT_USER, HubError, RepoStore, check_text
+from .messages import Request, Response, error_response
+from .payloads import CONTROL_CHARACTERS, HubError, check_text
+from .routes import JSON_BODY_BYTES, route
+from .store import DEFAULT_USER, RepoStore
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 30  # the largest request body read (each file of a commit arrives base64-encoded in it)
+LINGER_SECONDS = 2.0  # how long input is discarded after answering a request whose body was not read
+LISTEN_BACKLOG = 128  # connections the kernel accepts before the server thread takes them (socketserver's is 5)
+_DISCARD_BYTES = 1 << 16
 _MAX_LINE = 65536  # the longest chunk-size or trailer line read
 _DECIMAL = re.compile(r"[0-9]{1,19}")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
@@ -68,8 +80,17 @@ class _Failure:
     method: str | None
 
 
+@dataclass(frozen=True)
+class _Framing:
+    """How a request's body is delimited, from its headers: `length` bytes, chunked, or no body (length 0)."""
+
+    length: int = 0
+    chunked: bool = False
+
+
 class _Handler(BaseHTTPRequestHandler):
-    """One request: parse it into a `routes.Request`, run its endpoint, write the `routes.Response` back."""
+    """One request: check its target and headers, route it, run its endpoint (which reads the body only if it gets
+    that far), and write the `messages.Response` back."""
 
     server: _HTTPServer
     protocol_version = "HTTP/1.1"
@@ -84,61 +105,81 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
     def log_message(self, format: str, *args: Any) -> None:
         """Route access logs to `logging` at debug level (request line and status only, never headers)."""
         logger.debug("%s " + format, self.address_string(), *args)
 
     def _dispatch(self, method: str) -> None:
+        self._body_pending = False  # a body was announced and is not read (yet)
         try:
-            body = self._read_body()  # a broken connection (timeout, reset) propagates: http.server closes it
-        except HubError as err:
-            self._send(error_response(err))
-            return
-        try:
-            response = self._answer(method, body)
+            response = self._answer(method)  # a broken connection (timeout, reset) propagates: http.server closes it
         except HubError as err:
             response = error_response(err)
-        except (ValueError, KeyError, TypeError) as err:
-            response = error_response(HubError(400, f"Bad request: {type(err).__name__}: {err}", "BadRequest"))
         except Exception:
             logger.exception("Hub server error on %s %r", method, self.path)
             response = error_response(HubError(500, "Internal server error"))
+        if self._body_pending:  # answered without reading the body: where this request ends is not known
+            self.close_connection = True
         self._send(response)
 
-    def _answer(self, method: str, body: bytes) -> Response:
-        """Check the request's target and headers, then run its endpoint (or an injected failure)."""
+    def _answer(self, method: str) -> Response:
+        """Check the request's framing, target and headers, route it, then run its endpoint (or an injected failure)
+        with the body left unread until the endpoint asks for it: its size is checked then, after the endpoint has
+        checked who is asking. The framing comes first, so that a body left unread by any refusal closes the
+        connection rather than being read as the next request."""
+        framing = self._framing()
+        self._body_pending = framing.chunked or framing.length > 0
         check_text(unquote(self.path), "request target")
         for name, value in self.headers.items():
-            if CONTROL_CHARACTERS.search(name + value.replace("\t", " ")):  # the value is not echoed: it may be a token
+            if CONTROL_CHARACTERS.search(name + value.replace("\t", " ")):  # the value is not echoed: maybe a token
                 raise HubError(400, f"Header {name!r} holds a control character (CR, LF, NUL, ...)", "BadRequest")
         url = urlsplit(self.path)
+        found, params = route(method, url.path)
+        limit = self.server.hub.max_body_bytes
+        limit = limit if found.commit_body else min(limit, JSON_BODY_BYTES)
         injected = self.server.hub.take_failure(method, url.path)
         if injected is not None:
             raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
-        endpoint, params = route(method, url.path)
-        return endpoint(Request(method, params, parse_qs(url.query), self.headers, body, self.server.hub))
+        request = Request(method, params, parse_qs(url.query), self.headers, self.server.hub)
+        request.read_body = lambda: self._read_body(framing, limit)
+        return found.endpoint(request)
 
-    def _read_body(self) -> bytes:
-        """The request body: `Content-Length` bytes or a chunked body, at most `max_body_bytes`. A body that cannot
-        be delimited or is too large is refused before it is read, and the connection is closed."""
+    def _framing(self) -> _Framing:
+        """The body's framing from `Content-Length` / `Transfer-Encoding`; 400 (connection closed) when there is more
+        than one of either, both, a length that is not a decimal number, or an encoding other than `chunked`."""
         lengths = self.headers.get_all("Content-Length") or []
-        encoding = self.headers.get("Transfer-Encoding")
-        if encoding is not None:
-            if encoding.strip().lower() != "chunked" or lengths:
-                self._refuse_body("Transfer-Encoding must be 'chunked', without a Content-Length")
-            return self._read_chunked()
+        encodings = self.headers.get_all("Transfer-Encoding") or []
+        if encodings:
+            if len(encodings) > 1 or encodings[0].strip().lower() != "chunked" or lengths:
+                self._refuse_body("Transfer-Encoding must be one 'chunked', without a Content-Length")
+            return _Framing(chunked=True)
         if not lengths:
-            return b""
+            return _Framing()
         if len(lengths) > 1 or not _DECIMAL.fullmatch(lengths[0].strip()):
             self._refuse_body(f"Content-Length must be one decimal number of bytes, not {', '.join(lengths)!r}")
-        size = int(lengths[0])
-        self._check_body_size(size)
-        body = self.rfile.read(size)
-        if len(body) < size:
-            self._refuse_body(f"The body ended after {len(body)} of its {size} bytes")
+        return _Framing(length=int(lengths[0]))
+
+    def _read_body(self, framing: _Framing, limit: int) -> bytes:
+        """The request body; 400 without reading it when it announces more than `limit` bytes (a chunked body, once
+        it passes the limit)."""
+        if framing.length > limit:
+            self._refuse_body(f"The request body ({framing.length} bytes) is larger than this endpoint's limit "
+                              f"of {limit} bytes")  # fmt: skip
+        self._body_pending = False
+        if framing.chunked:
+            return self._read_chunked(limit)
+        body = self.rfile.read(framing.length)
+        if len(body) < framing.length:
+            self._refuse_body(f"The body ended after {len(body)} of its {framing.length} bytes")
         return body
 
-    def _read_chunked(self) -> bytes:
+    def _read_chunked(self, limit: int) -> bytes:
         """A `Transfer-Encoding: chunked` body (chunk extensions and trailers are read and ignored)."""
         chunks, total = [], 0
         while True:
@@ -149,7 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
             if size == 0:
                 break
             total += size
-            self._check_body_size(total)
+            if total > limit:
+                self._refuse_body(f"The request body (over {limit} bytes) is larger than this endpoint's limit")
             chunks.append(self.rfile.read(size))
             if len(chunks[-1]) < size or self.rfile.readline(_MAX_LINE).strip():
                 self._refuse_body("A chunk is shorter than its size")
@@ -157,15 +199,28 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         return b"".join(chunks)
 
-    def _check_body_size(self, size: int) -> None:
-        limit = self.server.hub.max_body_bytes
-        if size > limit:
-            self._refuse_body(f"The request body ({size} bytes) is larger than this hub's limit of {limit} bytes")
-
     def _refuse_body(self, message: str) -> None:
         """Answer 400 without reading on: where this request's body ends is unknown, so the connection is closed."""
-        self.close_connection = True
+        self._body_pending = True
         raise HubError(400, message, "BadRequest")
+
+    def finish(self) -> None:
+        """After the last answer of a connection that closes with input unread, stop writing and discard what the
+        client still sends, for at most `LINGER_SECONDS`: closing a socket with unread input resets the connection,
+        and with it the answer the client has not read yet (a client that writes its whole body before reading, as
+        `http.client` and `httpx` do, would see a reset instead of the 401). Nothing is kept, so memory stays flat."""
+        super().finish()
+        if not getattr(self, "_body_pending", False):
+            return
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER_SECONDS
+            while (left := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                if not self.connection.recv(_DISCARD_BYTES):
+                    break
+        except OSError:  # the client is gone, or the time is up
+            pass
 
     def _send(self, response: Response) -> None:
         if response.content is not None:
@@ -187,6 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _HTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that knows its `HubServer` and can cut its open keep-alive connections."""
+
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], hub: HubServer) -> None:
         self.hub = hub
@@ -312,14 +369,15 @@ class HubServer:
 
     def personal_namespace_owner(self, namespace: str) -> str | None:
         """The user whose own namespace `namespace` is, or None. Without tokens, a `user-<16 hex digits>` name is
-        reserved for the token it comes from; with tokens there is only one user, so no name is reserved."""
-        return namespace if self._tokens is None and _TOKEN_USER.fullmatch(namespace) else None
+        reserved for the token it comes from, in any letter case; with tokens there is only one user, so no name is
+        reserved."""
+        return namespace.lower() if self._tokens is None and _TOKEN_USER.fullmatch(namespace.lower()) else None
 
     def fail_next(self, path_prefix: str, *, status: int = 500, count: int = 1, method: str | None = None) -> None:
         """Answer `status` (with a JSON error) to the next `count` requests whose path starts with `path_prefix`.
 
         Example: `hub.fail_next("/api/models/org/name/commit/")` makes the next commit to `org/name` fail with a 500.
-        The request body is read and discarded, so nothing is stored.
+        The request body is not read (the connection is closed after the answer), so nothing is stored.
         """
         with self._failures_lock:
             self._failures.append(_Failure(path_prefix, status, count, method.upper() if method else None))

@@ -1,27 +1,30 @@
 """The loopback Hub's storage: repositories on disk as content-addressed blobs, per-commit manifests and refs.
 
 Every file is a regular (non-LFS) git blob, keyed by its git blob sha1. Each write goes to a temporary file that is
-moved into place, refs last, so a crash mid-commit leaves the previous state intact. Everything a client sends is
-checked before anything is written: names, revisions and file paths (no control characters, no backslashes, no `..`),
-and each line of a commit (a JSON object with the fields its kind needs, file contents in strict base64). A namespace
-belongs to the user who created its first repo; each repo records that user as its `author`. Standard library only.
+moved into place, refs last, so a crash mid-commit leaves the previous state intact; a refused commit writes nothing.
+Names are checked by `payloads` before they reach the store. As on the Hub, namespaces and repo names are one name
+whatever their letter case: `ORG/Model` finds `org/model`, and creating or moving a repo to a name that differs from an
+existing one only by case is refused. A namespace belongs to the user who created its first repo (recorded under
+`namespaces/`, so it stays theirs when its repos are deleted); each repo records that user as its `author`. Standard
+library only.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from .payloads import CommitOp, FileAdd, HubError, bad_request, check_name
 
 REPO_TYPES = ("model", "dataset", "space")
 DEFAULT_BRANCH = "main"
@@ -31,19 +34,7 @@ INITIAL_GITATTRIBUTES = (
 )
 _SHA_RE = re.compile(r"[0-9a-f]{40}")
 _SHORT_SHA_RE = re.compile(r"[0-9a-f]{7,39}")
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-FORBIDDEN_FOLDERS = (".git", ".cache")  # huggingface_hub refuses to commit into these
-
-
-class HubError(Exception):
-    """An error answered to the client as JSON, with the `X-Error-Code` header `huggingface_hub` dispatches on."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
+_PULL_REQUEST_REF = re.compile(r"refs/pr/([1-9][0-9]{0,8})")
 
 
 class RepoRef(NamedTuple):
@@ -62,25 +53,6 @@ class RepoRef(NamedTuple):
     def web_path(self) -> str:
         """Path of the repo's pages: `ns/name`, `datasets/ns/name`, `spaces/ns/name`."""
         return self.id if self.type == "model" else f"{self.type}s/{self.id}"
-
-
-@dataclass(frozen=True)
-class FileAdd:
-    """A commit operation adding or overwriting `path` with `content`."""
-
-    path: str
-    content: bytes
-
-
-@dataclass(frozen=True)
-class FileDelete:
-    """A commit operation deleting the file `path`, or every file under it when `folder` is true."""
-
-    path: str
-    folder: bool = False
-
-
-CommitOp = FileAdd | FileDelete
 
 
 def now() -> str:
@@ -116,47 +88,13 @@ def _read_json(path: Path) -> Any:
     return json.loads(path.read_bytes())
 
 
-def check_text(value: str, what: str) -> str:
-    """Refuse control characters (CR, LF, NUL, ...) in `value`, so that none can reach a header, a log line or a file
-    name; returns `value`."""
-    if CONTROL_CHARACTERS.search(value):
-        raise HubError(400, f"Invalid {what}: control characters are not allowed: {value!r}", "BadRequest")
-    return value
-
-
-def check_repo_path(path: Any) -> str:
-    """Validate a file path inside a repo as huggingface_hub does before it uploads: a relative POSIX path with no
-    empty, `.` or `..` segment, no backslash, no control character and no `.git`/`.cache` folder; returns it."""
-    if not isinstance(path, str):
-        raise HubError(400, f"Invalid path in repo: {path!r} is not a string", "BadRequest")
-    parts = path.split("/")
-    if (
-        not path
-        or path.startswith("/")
-        or "\\" in path
-        or CONTROL_CHARACTERS.search(path)
-        or any(p in ("", ".", "..", *FORBIDDEN_FOLDERS) for p in parts)
-    ):
-        raise HubError(400, f"Invalid path in repo: {path!r}", "BadRequest")
-    return path
-
-
-def check_name(value: Any, what: str) -> str:
-    """Validate a namespace, repo, branch or tag name (letters, digits, `.`, `_`, `-`, no `..`); returns it."""
-    if not isinstance(value, str) or not _NAME_RE.fullmatch(value) or ".." in value:
-        raise HubError(400, f"Invalid {what}: {value!r}", "BadRequest")
-    return value
-
-
-def load_json_object(data: bytes, what: str) -> dict[str, Any]:
-    """`data` parsed as a JSON object; 400 (naming `what`) when it is not JSON or not an object (a list, a number)."""
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-        raise HubError(400, f"{what} is not valid JSON: {err}", "BadRequest") from None
-    if not isinstance(value, dict):
-        raise HubError(400, f"{what} must be a JSON object, not {type(value).__name__}", "BadRequest")
-    return value
+def forbidden(user: str, action: str, owner: str) -> HubError:
+    """The 403 of a write `user` may not do: who asked, whose it is, and what to do instead."""
+    return HubError(
+        403,
+        f"{user} cannot {action}: it belongs to {owner}. Use a token of {owner}, or work in your own namespace "
+        f"({user}/...) or in a new one",
+    )
 
 
 def repo_ref(type_plural: str, namespace: str, name: str) -> RepoRef:
@@ -172,9 +110,11 @@ def repo_not_found(repo: RepoRef) -> HubError:
 class RepoStore:
     """Repositories on disk: blobs, per-commit manifests and refs, with one lock around every write.
 
-    Layout under `root`: `blobs/<oid[:2]>/<oid>`, and for each repo `repos/<type>s/<ns>/<name>/` holding `repo.json`
-    (creation metadata), `refs.json` (`{"branches": {name: sha}, "tags": {name: sha}}`) and `commits/<sha>.json`
+    Layout under `root`: `blobs/<oid[:2]>/<oid>`; `namespaces/<name in lower case>.json` (`{name, owner}`); and for
+    each repo `repos/<type>s/<ns>/<name>/` holding `repo.json` (`{private, createdAt, author}`), `refs.json`
+    (`{"branches": {name: sha}, "tags": {name: sha}, "pulls": {number: sha}}`) and `commits/<sha>.json`
     (`{id, parents, title, message, date, author, files: {path: {oid, size}}}`; every commit lists its full tree).
+    Methods that take a `RepoRef` expect the stored spelling that `find` returns.
     """
 
     def __init__(self, root: Path) -> None:
@@ -185,20 +125,43 @@ class RepoStore:
     def _repo_dir(self, repo: RepoRef) -> Path:
         return self.root / "repos" / f"{repo.type}s" / repo.namespace / repo.name
 
-    def _blob_path(self, oid: str) -> Path:
+    def blob_path(self, oid: str) -> Path:
+        """Where the blob with git object id `oid` is stored."""
         return self.root / "blobs" / oid[:2] / oid
 
-    def meta(self, repo: RepoRef) -> dict[str, Any]:
-        """The repo's creation metadata; raises `RepoNotFound`."""
-        path = self._repo_dir(repo) / "repo.json"
-        if not path.is_file():
+    def find(self, repo: RepoRef) -> RepoRef | None:
+        """The stored repo whose namespace and name equal `repo`'s ignoring case, in its stored spelling; or None."""
+        if (self._repo_dir(repo) / "repo.json").is_file():
+            return repo
+        type_dir = self.root / "repos" / f"{repo.type}s"
+        for namespace in _folders_named(type_dir, repo.namespace):
+            for name in _folders_named(namespace, repo.name):
+                if (name / "repo.json").is_file():
+                    return RepoRef(repo.type, namespace.name, name.name)
+        return None
+
+    def existing(self, repo: RepoRef) -> RepoRef:
+        """`find(repo)`, or `RepoNotFound`."""
+        found = self.find(repo)
+        if found is None:
             raise repo_not_found(repo)
-        return _read_json(path)
+        return found
+
+    def meta(self, repo: RepoRef) -> dict[str, Any]:
+        """The repo's metadata (`private`, `createdAt`, `author`); raises `RepoNotFound`."""
+        try:
+            return _read_json(self._repo_dir(repo) / "repo.json")
+        except FileNotFoundError:  # never created, or deleted or moved since it was found
+            raise repo_not_found(repo) from None
 
     def refs(self, repo: RepoRef) -> dict[str, dict[str, str]]:
-        """`{"branches": {...}, "tags": {...}}` mapping ref names to commit shas."""
-        self.meta(repo)
-        return _read_json(self._repo_dir(repo) / "refs.json")
+        """`{"branches": {...}, "tags": {...}, "pulls": {...}}` mapping ref names to commit shas."""
+        try:
+            refs = _read_json(self._repo_dir(repo) / "refs.json")
+        except FileNotFoundError:
+            raise repo_not_found(repo) from None
+        refs.setdefault("pulls", {})  # stores written before pull requests
+        return refs
 
     def commit_record(self, repo: RepoRef, sha: str) -> dict[str, Any]:
         """The stored manifest of commit `sha`."""
@@ -206,11 +169,15 @@ class RepoStore:
 
     def read_blob(self, oid: str) -> bytes:
         """The bytes of the blob with git object id `oid`."""
-        return self._blob_path(oid).read_bytes()
+        return self.blob_path(oid).read_bytes()
 
     def resolve(self, repo: RepoRef, revision: str) -> str:
-        """The commit sha a branch, tag, full or abbreviated (7+ hex digits) commit id points to."""
+        """The commit sha a branch, tag, pull request (`refs/pr/N`), full or abbreviated (7+ hex digits) commit id
+        points to."""
         refs = self.refs(repo)
+        pull_request = _PULL_REQUEST_REF.fullmatch(revision)
+        if pull_request and pull_request[1] in refs["pulls"]:
+            return refs["pulls"][pull_request[1]]
         for kind in ("branches", "tags"):
             if revision in refs[kind]:
                 return refs[kind][revision]
@@ -231,10 +198,26 @@ class RepoStore:
             yield record
             current = record["parents"][0] if record["parents"] else None
 
+    def repos(self, repo_type: str) -> Iterator[tuple[RepoRef, dict[str, Any]]]:
+        """Every repo of `repo_type` with its metadata, sorted by id."""
+        for meta_path in sorted(self.root.glob(f"repos/{repo_type}s/*/*/repo.json")):
+            yield RepoRef(repo_type, meta_path.parent.parent.name, meta_path.parent.name), _read_json(meta_path)
+
+    def namespace_owner(self, namespace: str) -> tuple[str, str] | None:
+        """The stored spelling of `namespace` (any letter case) and the user who owns it, or None while it has no
+        repo and never had one."""
+        record = self.root / "namespaces" / f"{namespace.lower()}.json"
+        if record.is_file():
+            claim = _read_json(record)
+            return claim["name"], claim["owner"]
+        first = min((p for p in self.root.glob("repos/*/*/*/repo.json") if p.parts[-3].lower() == namespace.lower()),
+                    default=None)  # fmt: skip
+        return None if first is None else (first.parts[-3], _read_json(first)["author"])
+
     # -- writes -------------------------------------------------------------------------------------------------
     def _put_blob(self, content: bytes) -> str:
         oid = git_blob_sha1(content)
-        path = self._blob_path(oid)
+        path = self.blob_path(oid)
         if not path.exists():
             _atomic_write(path, content)
         return oid
@@ -248,54 +231,108 @@ class RepoStore:
         _write_json(self._repo_dir(repo) / "commits" / f"{sha}.json", {"id": sha, **record})
         return sha
 
-    def namespace_owner(self, namespace: str) -> str | None:
-        """The user who created the first repo in `namespace` (of any type), or None while it has none."""
-        first = min(self.root.glob(f"repos/*/{namespace}/*/repo.json"), default=None)
-        return None if first is None else _read_json(first)["author"]
+    def _claim(self, repo: RepoRef, user: str, action: str) -> tuple[RepoRef, bool]:
+        """`repo` in its stored spelling (of the repo if it exists, else of its namespace), and whether it exists;
+        its namespace is recorded as `user`'s if nobody owned it. 403 when another user owns the namespace. Call
+        under the lock."""
+        owned = self.namespace_owner(repo.namespace)
+        if owned is not None and owned[1] != user:
+            raise forbidden(user, f"{action} in {repo.namespace!r}", owned[1])
+        repo = repo._replace(namespace=owned[0] if owned else repo.namespace)
+        record = self.root / "namespaces" / f"{repo.namespace.lower()}.json"
+        if not record.is_file():
+            _write_json(record, {"name": repo.namespace, "owner": user})
+        existing = self.find(repo)
+        return existing or repo, existing is not None
 
-    def create_repo(self, repo: RepoRef, *, private: bool, author: str) -> bool:
-        """Create `repo` with an initial commit holding `.gitattributes`; False if it already exists. 403 when its
-        namespace belongs to another user (checked under the lock, so two users cannot both claim a new namespace)."""
+    def create_repo(self, repo: RepoRef, *, private: bool, author: str) -> tuple[RepoRef, bool]:
+        """Create `repo` with an initial commit holding `.gitattributes`. Returns it in its stored spelling, and
+        False when it existed already. 403 when its namespace belongs to another user (checked under the lock, so
+        two users cannot both claim a new namespace)."""
         with self._lock:
-            if self.namespace_owner(repo.namespace) not in (None, author):
-                raise HubError(403, f"You cannot create repos in {repo.namespace!r}: another user created it")
+            repo, exists = self._claim(repo, author, "create repos")
+            if exists:
+                return repo, False
             repo_dir = self._repo_dir(repo)
-            if (repo_dir / "repo.json").is_file():
-                return False
             oid = self._put_blob(INITIAL_GITATTRIBUTES)
             files = {".gitattributes": {"oid": oid, "size": len(INITIAL_GITATTRIBUTES)}}
             sha = self._write_commit(repo, [], files, "initial commit", "", author)
-            _write_json(repo_dir / "refs.json", {"branches": {DEFAULT_BRANCH: sha}, "tags": {}})
+            _write_json(repo_dir / "refs.json", {"branches": {DEFAULT_BRANCH: sha}, "tags": {}, "pulls": {}})
             _write_json(repo_dir / "repo.json", {"private": private, "createdAt": now(), "author": author})
-            return True
+            return repo, True
+
+    def delete_repo(self, repo: RepoRef) -> None:
+        """Remove `repo`, its refs and commits (its blobs stay: other repos may hold the same bytes)."""
+        with self._lock:
+            self.meta(repo)
+            trash = self.root / "trash" / uuid.uuid4().hex
+            trash.parent.mkdir(exist_ok=True)
+            os.replace(self._repo_dir(repo), trash)  # one step: the repo is there, or gone
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def move_repo(self, repo: RepoRef, target: RepoRef, user: str) -> RepoRef:
+        """Move `repo` to `target` (same type); returns the target in its stored spelling. 403 when the target's
+        namespace belongs to another user, 409 when a repo of that name exists."""
+        with self._lock:
+            self.meta(repo)
+            target, exists = self._claim(target, user, "move repos")
+            if exists:
+                raise HubError(409, f"A {target.type} repo named {target.id} exists already")
+            target_dir = self._repo_dir(target)
+            target_dir.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._repo_dir(repo), target_dir)
+            return target
+
+    def set_private(self, repo: RepoRef, private: bool) -> None:
+        with self._lock:
+            _write_json(self._repo_dir(repo) / "repo.json", {**self.meta(repo), "private": private})
 
     def commit(
         self,
         repo: RepoRef,
-        branch: str,
+        revision: str,
         operations: list[CommitOp],
         *,
         title: str,
         message: str,
         author: str,
         parent_commit: str | None = None,
-    ) -> str:
-        """Apply `operations` on top of the head of `branch`, store the new commit, move the branch; return its sha."""
+        create_pr: bool = False,
+    ) -> tuple[str, int | None]:
+        """Apply `operations` on top of the head of branch or pull request `revision` and store the new commit; move
+        that ref to it, or with `create_pr` open a pull request `refs/pr/N` at it instead (from `parent_commit` when
+        given). Returns the commit's sha and the new pull request's number (None without `create_pr`)."""
         with self._lock:
             refs = self.refs(repo)
-            if branch not in refs["branches"]:
-                self.resolve(repo, branch)  # raises RevisionNotFound for unknown revisions
-                raise HubError(400, f"Can only commit to a branch, not to {branch!r}", "BadRequest")
-            head = refs["branches"][branch]
-            if parent_commit is not None and not head.startswith(parent_commit):
+            kind, name = self._commit_target(repo, refs, revision)
+            head = refs[kind][name]
+            if parent_commit is not None and create_pr:
+                head = self.resolve(repo, parent_commit)
+            elif parent_commit is not None and not head.startswith(parent_commit):
                 raise HubError(412, "A commit has happened since. Please refresh and try again.")
             files = dict(self.commit_record(repo, head)["files"])
+            blobs = {}
             for op in operations:
-                _apply(files, op, self._put_blob)
+                _apply(files, op, blobs)
+            check_tree(files)
+            for content in blobs.values():
+                self._put_blob(content)
             sha = self._write_commit(repo, [head], files, title, message, author)
-            refs["branches"][branch] = sha
+            if create_pr:
+                kind, name = "pulls", str(1 + max(map(int, refs["pulls"]), default=0))
+            refs[kind][name] = sha
             _write_json(self._repo_dir(repo) / "refs.json", refs)
-            return sha
+            return sha, int(name) if kind == "pulls" else None
+
+    def _commit_target(self, repo: RepoRef, refs: dict[str, dict[str, str]], revision: str) -> tuple[str, str]:
+        """The ref a commit to `revision` moves: `("branches", name)` or `("pulls", number)`."""
+        if revision in refs["branches"]:
+            return "branches", revision
+        pull_request = _PULL_REQUEST_REF.fullmatch(revision)
+        if pull_request and pull_request[1] in refs["pulls"]:
+            return "pulls", pull_request[1]
+        self.resolve(repo, revision)  # raises RevisionNotFound for unknown revisions
+        raise bad_request(f"Can only commit to a branch or a pull request, not to {revision!r}")
 
     def create_ref(self, repo: RepoRef, kind: str, name: str, revision: str) -> None:
         """Create branch or tag (`kind` is `branches` or `tags`) `name` at `revision`; 409 if it exists."""
@@ -307,11 +344,32 @@ class RepoStore:
             refs[kind][name] = sha
             _write_json(self._repo_dir(repo) / "refs.json", refs)
 
+    def delete_ref(self, repo: RepoRef, kind: str, name: str) -> None:
+        """Delete branch or tag `name`; 404 if there is none, 400 for the default branch."""
+        with self._lock:
+            refs = self.refs(repo)
+            if kind == "branches" and name == DEFAULT_BRANCH:
+                raise bad_request(f"The default branch {DEFAULT_BRANCH!r} cannot be deleted")
+            if name not in refs[kind]:
+                raise HubError(404, f"Reference not found: {name}", "RevisionNotFound")
+            del refs[kind][name]
+            _write_json(self._repo_dir(repo) / "refs.json", refs)
 
-def _apply(files: dict[str, dict[str, Any]], op: CommitOp, put_blob: Callable[[bytes], str]) -> None:
-    """Apply one commit operation to a `{path: {oid, size}}` tree in place."""
+
+def _folders_named(parent: Path, name: str) -> list[Path]:
+    """The folders in `parent` whose name is `name` in any letter case."""
+    try:
+        return [child for child in parent.iterdir() if child.name.lower() == name.lower() and child.is_dir()]
+    except FileNotFoundError:
+        return []
+
+
+def _apply(files: dict[str, dict[str, Any]], op: CommitOp, blobs: dict[str, bytes]) -> None:
+    """Apply one commit operation to a `{path: {oid, size}}` tree in place, collecting new contents in `blobs`."""
     if isinstance(op, FileAdd):
-        files[op.path] = {"oid": put_blob(op.content), "size": len(op.content)}
+        oid = git_blob_sha1(op.content)
+        blobs[oid] = op.content
+        files[op.path] = {"oid": oid, "size": len(op.content)}
         return
     doomed = [p for p in files if p.startswith(op.path + "/")] if op.folder else [op.path]
     if not doomed or any(p not in files for p in doomed):
@@ -320,59 +378,13 @@ def _apply(files: dict[str, dict[str, Any]], op: CommitOp, put_blob: Callable[[b
         del files[path]
 
 
-def parse_commit_payload(body: bytes) -> tuple[dict[str, Any], list[CommitOp]]:
-    """Parse the ndjson body of `POST .../commit/{rev}` into its header value and operations; 400 for any line that is
-    not a JSON object `{"key": ..., "value": {...}}` with the fields its key needs."""
-    header: dict[str, Any] = {}
-    operations: list[CommitOp] = []
-    for number, line in enumerate(body.splitlines(), start=1):
-        if not line.strip():
-            continue
-        item = load_json_object(line, f"Commit line {number}")
-        key, value = item.get("key"), item.get("value")
-        if not isinstance(value, dict):
-            raise HubError(400, f"Commit line {number} needs an object 'value'", "BadRequest")
-        if key == "header":
-            header = _commit_header(value, number)
-        elif key == "file":
-            path = check_repo_path(value.get("path"))
-            operations.append(FileAdd(path, _decode_content(value, path, number)))
-        elif key in ("deletedFile", "deletedFolder"):
-            path = value.get("path")
-            path = check_repo_path(path.rstrip("/") if isinstance(path, str) else path)
-            operations.append(FileDelete(path, folder=key == "deletedFolder"))
-        elif key == "lfsFile":
-            raise HubError(400, "This hub stores every file inline: LFS uploads are not supported", "BadRequest")
-        else:
-            raise HubError(400, f"Unknown commit operation on line {number}: {key!r}", "BadRequest")
-    if not header:
-        raise HubError(400, "The commit needs a header with a summary", "BadRequest")
-    return header, operations
-
-
-def _commit_header(value: dict[str, Any], number: int) -> dict[str, Any]:
-    """The commit header: a non-empty string `summary`, and `description`/`parentCommit` strings when present."""
-    if not isinstance(value.get("summary"), str) or not value["summary"]:
-        raise HubError(400, f"The commit header (line {number}) needs a non-empty string 'summary'", "BadRequest")
-    for name in ("description", "parentCommit"):
-        if value.get(name) is not None and not isinstance(value[name], str):
-            raise HubError(400, f"The commit header's {name!r} (line {number}) must be a string", "BadRequest")
-    return value
-
-
-def _decode_content(value: dict[str, Any], path: str, number: int) -> bytes:
-    """The bytes of a `file` line: its `content` in strict base64 (any other character, or bad padding, is a 400)."""
-    if value.get("encoding", "base64") != "base64":
-        raise HubError(400, f"Unsupported encoding {value['encoding']!r} for {path!r}: send base64", "BadRequest")
-    content = value.get("content")
-    if not isinstance(content, str):
-        raise HubError(400, f"The content of {path!r} (line {number}) must be a base64 string", "BadRequest")
-    try:
-        return base64.b64decode(content, validate=True)
-    except ValueError as err:  # binascii.Error is a ValueError
-        raise HubError(
-            400, f"The content of {path!r} (line {number}) is not valid base64: {err}", "BadRequest"
-        ) from None
+def check_tree(files: dict[str, dict[str, Any]]) -> None:
+    """Refuse a tree where one path is both a file and a folder (`a` and `a/b`): git cannot hold it, and a download
+    of the repo would write one over the other."""
+    folders = {path[:i] for path in files for i, character in enumerate(path) if character == "/"}
+    clashes = sorted(folders & files.keys())
+    if clashes:
+        raise bad_request(f"{clashes[0]!r} would be both a file and a folder: delete the one before adding the other")
 
 
 def tree_entries(files: dict[str, dict[str, Any]], prefix: str, recursive: bool) -> list[dict[str, Any]]:

@@ -1,0 +1,223 @@
+"""The body of a model card: how the checkpoint was made, its fidelity and downstream tables, what to know before
+relying on it; each rendered from the facts `card_facts.gather_card_facts` read, for `model_card.render_model_card`."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from ..conversion.downstream import dataset_name
+from ..models.norm_options import NormOptions
+from ..models.version_guard import SUPPORTED_TRANSFORMERS
+from .card_facts import STAGES, CardFacts, data_name, identical_outputs
+from .norm_texts import STATISTICS_FREE
+
+
+def downstream_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The card's downstream table, one row per stage: in-domain and out-of-domain cosine, probe accuracies; empty
+    when the report has neither check (and a dash for a figure a stage lacks)."""
+    report = report or {}
+    if not (report.get("out_of_domain_evaluation") or report.get("probe_evaluation")):
+        return []
+    rows = []
+    for stage in STAGES:
+        measured = (report.get("stages") or {}).get(stage)
+        if measured:
+            ood, probe = identical_outputs(measured.get("out_of_domain") or {}), measured.get("probe") or {}
+            figure = lambda values, key, fmt: "—" if values.get(key) is None else fmt.format(values[key])  # noqa: E731
+            rows.append({
+                "stage": stage,
+                "cosine": figure(identical_outputs(measured["end_to_end"]), "mean_cosine", "{:.4f}"),
+                "ood_cosine": figure(ood, "mean_cosine", "{:.4f}"),
+                "teacher": figure(probe, "teacher_accuracy", "{:.3f}"),
+                "student": figure(probe, "student_accuracy", "{:.3f}"),
+                "retrained": figure(probe, "student_retrained_accuracy", "{:.3f}"),
+                "kept": figure(probe, "points_kept", "{:+.1f}"),
+            })  # fmt: skip
+    return rows
+
+
+def provenance(facts: CardFacts) -> list[str]:
+    """The numbered steps of "How this checkpoint was made"."""
+    report = facts.report
+    steps = []
+    if report is None:
+        steps.append(
+            f'Built as `{facts.architecture}` with `norm_type="{facts.norm_type}"`. No conversion report was '
+            "found next to the weights, so how they were obtained is not recorded here."
+        )
+    else:
+        source = f"`{facts.base_model}`" if facts.base_model else "a local LayerNorm checkpoint"
+        if report.get("source_revision"):
+            source += f" at revision `{report['source_revision']}`"
+        exact = (
+            "exactly: the converted model computes the same function as the source"
+            if facts.measured_exact
+            else "approximately: this norm cannot reproduce the source's LayerNorms exactly (see the fidelity table)"
+        )
+        steps.append(f"Source: {source}.")
+        steps.append(
+            f"Converted with hf-norms {facts.hf_norms_version} to `{facts.architecture}`, "
+            f'`norm_type="{facts.norm_type}"`{layers_kept(facts, report)}, {exact}.'
+            + (
+                " The norms' gamma and beta were then folded into the Linear layers that read them."
+                if report.get("folded")
+                else ""
+            )
+        )
+        if report.get("calibration"):
+            c = report["calibration"]
+            steps.append(
+                f"Calibrated ({c['method']}) on {c['samples']} samples of {data_name(c['data'])}, in {c['seconds']:.1f} s."
+            )
+        if report.get("healing"):
+            h = report["healing"]
+            steps.append(
+                f"Healed by distillation from the source ({h['loss']}) on {h['samples']} samples of {data_name(h['data'])}: "
+                f"{plural(h['steps'], 'step')}, {h['seconds']:.0f} s."
+            )
+    if facts.training is not None:
+        run = facts.training
+        detail = ", ".join(
+            part
+            for part in (
+                plural(run.global_step, "step") if run.global_step else "",
+                f"{run.epochs:g} epoch{'' if run.epochs == 1 else 's'}" if run.epochs else "",
+            )
+            if part
+        )
+        steps.append(
+            f"Fine-tuned with the transformers Trainer{f' on {run.dataset}' if run.dataset else ''}"
+            f"{f' ({detail})' if detail else ''}."
+        )
+    return [*steps, *facts.notes]
+
+
+def layers_kept(facts: CardFacts, report: dict[str, Any]) -> str:
+    """`" in layers 0-3, with the source's LayerNorm kept in layers 4, 5 (...)"`, or "" when every layer converted."""
+    types = facts.norm_options.get("layer_norm_types")
+    if not types:
+        return ""
+    kept = [index for index, kind in enumerate(types) if kind == "layernorm"]
+    converted = [index for index, kind in enumerate(types) if kind != "layernorm"]
+    sweep = report.get("layer_sweep")
+    why = (
+        f" (the fewest last layers whose cosine to the source reached {sweep['target_cosine']} on the calibration data)"
+        if sweep and sweep.get("reached")
+        else ""
+    )
+    return (
+        f" in encoder layers {', '.join(map(str, converted)) or 'none'}, with the source's LayerNorm kept in layers "
+        f"{', '.join(map(str, kept))}{why}"
+    )
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def limitations(facts: CardFacts) -> list[str]:
+    """What a user must know before relying on the checkpoint, from its family, norm, options and history."""
+    items = []
+    options = {**{f.name: f.default for f in fields(NormOptions)}, **facts.norm_options}
+    report = facts.report or {}
+    if report.get("evaluation"):
+        items.append(
+            f"The fidelity figures hold for {data_name(report['evaluation']['data'])}; inputs far from it may differ more."
+        )
+    if report and not facts.measured_exact and not facts.trained_after_conversion:
+        items.append(
+            "The weights were converted without any training, so the model does not compute what the source "
+            "computed; check the fidelity table before using it as a drop-in replacement."
+        )
+    if facts.measured_exact and facts.training is None:
+        items.append(
+            "The conversion is exact, so the model computes what the source computes: the new norm makes a "
+            "difference only once the model is trained further."
+        )
+    if facts.norm_type in STATISTICS_FREE:
+        name = STATISTICS_FREE[facts.norm_type]
+        items.append(f"{name} has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's.")
+        if facts.family == "bert":
+            items.append(
+                f"BERT is post-LN; the {name} paper tested pre-LN transformers only, so {name} on BERT is outside what "
+                "it tested: treat it as experimental."
+            )
+    if facts.norm_type == "dtn":
+        items.append(
+            "DTN mixes statistics across tokens: a token's output depends on the other tokens of its sequence, and "
+            "the model cannot run as a causal decoder."
+        )
+        if facts.family == "bert":
+            items.append("DTN on text (one row of tokens) has no reference implementation from its authors.")
+        if options["dtn_gate_init"] == 1.0 and facts.training is None and not report.get("healing"):
+            items.append("Its gates are at 1, where DTN is exactly LayerNorm; token mixing acts only after training.")
+    if facts.norm_type == "sepnorm":
+        if options["sepnorm_prefix_norm"] == "batchnorm":
+            items.append(
+                "The prefix norm is a BatchNorm: inference uses its running statistics, training needs batches of "
+                "more than one example, and multi-process training needs SyncBatchNorm."
+            )
+        else:
+            items.append(
+                "The prefix norm is a LayerNorm (for an exact conversion), not the BatchNorm of the paper's default."
+            )
+    if facts.norm_type == "lape":
+        if options["lape_keep_input_pe"]:
+            items.append(
+                "The input position embedding is kept and every `pe_norm` starts at zero (a function-preserving "
+                "hybrid): this is the paper's architecture only in spirit until training moves the `pe_norm`s."
+            )
+        if facts.family == "bert":
+            items.append("The LaPE paper covers vision transformers only; its BERT form here is an analogue.")
+    if facts.without_pooler:
+        items.append(
+            "The checkpoint has no pooler weights (its source has none): load it with `add_pooling_layer=False` and "
+            "use `last_hidden_state`; without that argument the pooler is randomly initialised."
+        )
+    items.append(
+        f"The remote code refuses to run outside transformers{SUPPORTED_TRANSFORMERS}, the releases it was written for."
+    )
+    return items
+
+
+def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The fidelity table, one row per stage in the order they were made, numbers formatted for reading; the cosine per
+    token type ([CLS]/prefix, special, ordinary) where the report measured it."""
+    formats = {"max_abs_diff": "{:.3g}", "mean_cosine": "{:.4f}", "top1_agreement": "{:.3f}", "kl_divergence": "{:.3g}",
+               "prefix": "{:.4f}", "special": "{:.4f}", "ordinary": "{:.4f}"}  # fmt: skip
+    rows = []
+    for stage in STAGES:
+        measured = ((report or {}).get("stages") or {}).get(stage)
+        if measured:
+            values = {**identical_outputs(measured["end_to_end"]), **(measured.get("token_cosine") or {})}
+            rows.append(
+                {
+                    "stage": stage,
+                    **{
+                        key: "—" if values.get(key) is None else fmt.format(values[key]) for key, fmt in formats.items()
+                    },
+                }
+            )
+    return rows
+
+
+def fidelity_measurement(report: dict[str, Any] | None) -> str:
+    """What the fidelity table's cosines compare: the pooling, the tokens per text, the per-token-type columns."""
+    evaluation = (report or {}).get("evaluation") or {}
+    text = evaluation.get("pooling") == "mean"
+    pooling = "the mean over real tokens, as a sentence embedding pools" if text else "the [CLS] token"
+    length = f", texts truncated to {evaluation['max_length']} tokens" if text and evaluation.get("max_length") else ""
+    return (
+        f"Mean cosine: of the pooled final hidden states ({pooling}{length}). Per token type: the mean cosine of single "
+        "tokens' final hidden states, for the [CLS] (prefix) token that a stock classification head reads, the other "
+        "special tokens ([SEP], ...) and the ordinary tokens."
+    )
+
+
+def readable_data(description: str) -> str:
+    """`BBC News (held-out articles) (bbc_news-test-128.txt)` for a known packaged set, else the description without
+    local folders."""
+    data = data_name(description)
+    name = dataset_name(data)
+    return data if name == data else f"{name} ({data})"

@@ -1,0 +1,218 @@
+"""The loopback Hub's endpoints that read: who am I, repo info and listings, trees, refs, commits and downloads.
+
+A private repo is visible to its owner only (404 for anyone else, in listings too). `model_info` and `list_models`
+carry what the Hub derives from a model's card and weights (`metadata.model_facts`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+from urllib.parse import parse_qs
+
+from .messages import Request, Response, error_response
+from .metadata import model_facts
+from .payloads import HubError, bad_request, json_field, json_strings, query_count
+from .store import DEFAULT_BRANCH, RepoRef, path_entry, tree_entries
+
+_BYTE_RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*")
+
+
+def whoami(request: Request) -> Response:
+    user = request.user()
+    return Response(
+        payload={
+            "type": "user",
+            "id": hashlib.sha1(user.encode()).hexdigest()[:24],
+            "name": user,
+            "fullname": user,
+            "email": None,
+            "emailVerified": False,
+            "canPay": False,
+            "isPro": False,
+            "orgs": [],
+            "auth": {"type": "access_token", "accessToken": {"displayName": "loopback", "role": "write"}},
+        }
+    )
+
+
+def agent_harnesses(request: Request) -> Response:
+    """huggingface_hub fetches this registry once a day to tag requests; a local hub has no harnesses to list."""
+    return Response(payload={"standardEnvVars": [], "harnesses": {}})
+
+
+def repo_summary(request: Request, repo: RepoRef, meta: dict[str, Any], revision: str) -> dict[str, Any]:
+    """What `model_info`/`dataset_info`/`space_info` answer for `repo` at `revision`, and `list_models` for each
+    repo at its default branch: with `?blobs=true`, sizes and blob ids of the files."""
+    store = request.hub.store
+    sha = store.resolve(repo, revision)
+    record = store.commit_record(repo, sha)
+    with_blobs = request.flag("blobs")
+    info = {
+        "_id": hashlib.sha1(repo.web_path.encode()).hexdigest()[:24],
+        "id": repo.id,
+        "author": repo.namespace,
+        "sha": sha,
+        "lastModified": record["date"],
+        "createdAt": meta["createdAt"],
+        "private": meta["private"],
+        "gated": False,
+        "disabled": False,
+        "downloads": 0,
+        "likes": 0,
+        "tags": [],
+        "siblings": [
+            {"rfilename": path, **({"size": f["size"], "blobId": f["oid"]} if with_blobs else {})}
+            for path, f in record["files"].items()
+        ],
+    }
+    if repo.type == "model":
+        info.update(modelId=repo.id, **model_facts(record["files"], store.blob_path))
+    return info
+
+
+def expanded(request: Request, info: dict[str, Any]) -> dict[str, Any]:
+    """`info` reduced to `id` and the fields named by `?expand=...` when there are any (unknown names are skipped)."""
+    names = request.query.get("expand")
+    return {"id": info["id"], **{name: info[name] for name in names if name in info}} if names else info
+
+
+def repo_info(request: Request) -> Response:
+    repo, meta = request.repo()
+    return Response(
+        payload=expanded(request, repo_summary(request, repo, meta, request.params.get("rev", DEFAULT_BRANCH)))
+    )
+
+
+def list_repos(request: Request) -> Response:
+    """`GET /api/{models,datasets,spaces}`: the repos the caller may see, sorted by id, filtered by `author` (the
+    namespace, any case), `search` (part of the id, any case), `filter` (tags every repo must carry) and
+    `pipeline_tag`, at most `limit` of them, in one page. `full` adds the files, `cardData` the card metadata."""
+    repo_type = request.params["repo_type"].removesuffix("s")
+    author, search = (request.query.get(name, [""])[0].lower() for name in ("author", "search"))
+    required_tags = set(request.query.get("filter", [])) | set(request.query.get("pipeline_tag", []))
+    limit, full, with_card = query_count(request.query, "limit"), request.flag("full"), request.flag("cardData")
+    caller, answer = request.caller(), []
+    for repo, meta in request.hub.store.repos(repo_type):
+        if (meta["private"] and meta["author"] != caller) or (author and repo.namespace.lower() != author):
+            continue
+        if search not in repo.id.lower():
+            continue
+        info = repo_summary(request, repo, meta, DEFAULT_BRANCH)
+        if not required_tags <= set(info["tags"]):
+            continue
+        if not full:
+            info.pop("siblings")
+        if not (full or with_card):
+            info.pop("cardData", None)
+        answer.append(expanded(request, info))
+        if limit is not None and len(answer) >= limit:
+            break
+    return Response(payload=answer)
+
+
+def tree(request: Request) -> Response:
+    repo = request.readable_repo()
+    request.flag("expand")  # checked like every flag; the last commits it asks for are not served
+    sha, files = request.commit_files(repo, request.params["rev"])
+    prefix = request.params.get("path", "").strip("/")
+    entries = tree_entries(files, prefix, request.flag("recursive"))
+    if prefix and not entries:
+        raise HubError(404, f"Folder not found: {prefix}", "EntryNotFound")
+    return Response(payload=entries, headers={"X-Repo-Commit": sha})
+
+
+def paths_info(request: Request) -> Response:
+    """`POST .../paths-info/{rev}`: the entries of `paths` (a JSON body `{"paths": [...], "expand": bool}`, or a form
+    body `paths=...&paths=...`) that exist."""
+    repo = request.readable_repo()
+    if "json" in (request.headers.get("Content-Type") or ""):
+        body = request.json_body()
+        paths = json_strings(body, "paths")
+        json_field(body, "expand", bool)  # accepted, not served
+    else:
+        try:
+            paths = parse_qs(request.body.decode(), strict_parsing=bool(request.body)).get("paths", [])
+        except ValueError as err:  # not UTF-8, or not a form
+            raise bad_request(f"The request body is neither JSON nor a form: {err}") from None
+    _, files = request.commit_files(repo, request.params["rev"])
+    entries = [path_entry(files, path.strip("/")) for path in paths]
+    return Response(payload=[entry for entry in entries if entry is not None])
+
+
+def list_refs(request: Request) -> Response:
+    refs = request.hub.store.refs(request.readable_repo())
+
+    def listing(kind: str, prefix: str) -> list[dict[str, str]]:
+        return [{"name": n, "ref": f"{prefix}{n}", "targetCommit": s} for n, s in sorted(refs[kind].items())]
+
+    pulls = sorted(refs["pulls"].items(), key=lambda item: int(item[0]))
+    return Response(
+        payload={
+            "branches": listing("branches", "refs/heads/"),
+            "tags": listing("tags", "refs/tags/"),
+            "converts": [],
+            "pullRequests": [{"name": f"refs/pr/{n}", "ref": f"refs/pr/{n}", "targetCommit": s} for n, s in pulls],
+        }
+    )
+
+
+def list_commits(request: Request) -> Response:
+    repo = request.readable_repo()
+    store = request.hub.store
+    history = store.history(repo, store.resolve(repo, request.params["rev"]))
+    return Response(
+        payload=[
+            {
+                "id": c["id"],
+                "title": c["title"],
+                "message": c["message"],
+                "date": c["date"],
+                "authors": [{"user": c["author"]}],
+            }
+            for c in history
+        ]
+    )
+
+
+def resolve(request: Request) -> Response:
+    repo = request.readable_repo()
+    sha, files = request.commit_files(repo, request.params["rev"])
+    info = files.get(request.params["path"])
+    if info is None:
+        error = HubError(404, f"Entry not found: {request.params['path']}", "EntryNotFound")
+        return error_response(error, {"X-Repo-Commit": sha})
+    headers = {"X-Repo-Commit": sha, "ETag": f'"{info["oid"]}"', "Accept-Ranges": "bytes"}
+    if request.method == "HEAD":
+        return Response(headers=headers, size=info["size"])
+    content = request.hub.store.read_blob(info["oid"])
+    try:
+        span = byte_range(request.headers.get("Range"), info["size"])
+    except HubError as err:
+        return error_response(err, {**headers, "Content-Range": f"bytes */{info['size']}"})
+    if span is None:
+        return Response(content=content, headers=headers)
+    start, end = span
+    headers["Content-Range"] = f"bytes {start}-{end}/{info['size']}"
+    return Response(206, content=content[start : end + 1], headers=headers)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The inclusive byte span `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` (the last n bytes) asks for, clipped to
+    the file; None to send the whole file: no Range, one this server ignores as RFC 9110 allows (several ranges, a
+    unit other than bytes, a malformed value), or an empty file. 416 when the span holds none of the file's bytes
+    (`a` past the end, `b` before `a`, `bytes=-0`)."""
+    match = _BYTE_RANGE.fullmatch(header or "")
+    if match is None or not any(match.groups()) or size == 0:
+        return None
+    first, last = match.groups()
+    if not first:
+        start, end = max(0, size - int(last)), size - 1
+        if int(last) == 0:
+            raise HubError(416, f"Range not satisfiable: {header} (an empty suffix)")
+    else:
+        start, end = int(first), min(size - 1, int(last)) if last else size - 1
+        if start >= size or (last and int(last) < start):
+            raise HubError(416, f"Range not satisfiable: {header} (the file has {size} bytes)")
+    return start, end

@@ -1,0 +1,175 @@
+"""The loopback Hub's endpoints that write: repos (create, delete, move, visibility), commits and pull requests,
+branches and tags.
+
+Each checks who is asking from the headers before it reads the body (`messages.Request`): 401 without a valid token,
+404 for a repo the caller cannot see, 403 for another user's repo. Then it checks every field of the body
+(`payloads`), 400 for a wrong one, before the store changes. `create_repo` and `move_repo` work in the caller's own
+namespace and in any namespace that has no repo yet, which the caller then owns, like an organisation it created (403
+elsewhere). Preupload always answers `uploadMode: "regular"`, so file bytes arrive base64-encoded inside the commit.
+"""
+
+from __future__ import annotations
+
+from .messages import Request, Response
+from .payloads import (
+    bad_request,
+    check_name,
+    json_field,
+    json_objects,
+    parse_commit_payload,
+    split_repo_id,
+)
+from .store import DEFAULT_BRANCH, REPO_TYPES, RepoRef, forbidden
+
+VISIBILITIES = ("public", "private")
+
+
+def validate_yaml(request: Request) -> Response:
+    """huggingface_hub sends each README it uploads here first; every card passes (see `metadata` for how the card
+    is then read)."""
+    request.json_body()
+    return Response(payload={"errors": [], "warnings": []})
+
+
+def _repo_type(body: dict, name: str = "type") -> str:
+    repo_type = json_field(body, name, str) or "model"
+    if repo_type not in REPO_TYPES:
+        raise bad_request(f"Unsupported repo type: {repo_type!r} (this hub holds {', '.join(REPO_TYPES)})")
+    return repo_type
+
+
+def _check_namespace(request: Request, namespace: str, user: str, action: str) -> None:
+    """403 when `namespace` is another user's own namespace (`HubServer.personal_namespace_owner`)."""
+    owner = request.hub.personal_namespace_owner(namespace)
+    if owner not in (None, user):
+        raise forbidden(user, f"{action} in {namespace!r}", owner)
+
+
+def create_repo(request: Request) -> Response:
+    user = request.user()
+    body = request.json_body()
+    repo_type = _repo_type(body)
+    namespace = check_name(json_field(body, "organization", str) or user, "namespace")
+    name = check_name(json_field(body, "name", str, required=True), "repo name")
+    private, visibility = json_field(body, "private", bool), json_field(body, "visibility", str)
+    if visibility not in (None, *VISIBILITIES):
+        raise bad_request(f"'visibility' must be one of {', '.join(VISIBILITIES)}, not {visibility!r}")
+    _check_namespace(request, namespace, user, "create repos")
+    is_private = bool(private) or visibility == "private"
+    repo, created = request.hub.store.create_repo(RepoRef(repo_type, namespace, name), private=is_private, author=user)
+    url = f"{request.hub.url}/{repo.web_path}"
+    if not created:
+        return Response(409, {"error": f"You already created this {repo_type} repo", "url": url})
+    return Response(payload={"url": url, "name": repo.id, "id": repo.id})
+
+
+def delete_repo(request: Request) -> Response:
+    """`DELETE /api/repos/delete` with `{"name", "organization", "type"}`: the owner only."""
+    user = request.user()
+    body = request.json_body()
+    repo_type = _repo_type(body)
+    namespace = check_name(json_field(body, "organization", str) or user, "namespace")
+    name = check_name(json_field(body, "name", str, required=True), "repo name")
+    repo, _ = request.owned_repo(RepoRef(repo_type, namespace, name), "delete")
+    request.hub.store.delete_repo(repo)
+    return Response(payload={})
+
+
+def move_repo(request: Request) -> Response:
+    """`POST /api/repos/move` with `{"fromRepo", "toRepo", "type"}`: the owner only, to a namespace it may create
+    repos in; 409 when the target exists."""
+    user = request.user()
+    body = request.json_body()
+    repo_type = _repo_type(body)
+    source = RepoRef(repo_type, *split_repo_id(body.get("fromRepo"), "'fromRepo'"))
+    target = RepoRef(repo_type, *split_repo_id(body.get("toRepo"), "'toRepo'"))
+    source, _ = request.owned_repo(source, "move")
+    _check_namespace(request, target.namespace, user, "move repos")
+    moved = request.hub.store.move_repo(source, target, user)
+    return Response(payload={"url": f"{request.hub.url}/{moved.web_path}"})
+
+
+def repo_settings(request: Request) -> Response:
+    """`PUT .../settings` with `visibility` (`public`/`private`) or `private` (true/false); `gated: false` is
+    accepted, other gating is refused (nothing on this hub would enforce access requests)."""
+    repo, _ = request.writable_repo()
+    body = request.json_body()
+    private, visibility = json_field(body, "private", bool), json_field(body, "visibility", str)
+    if visibility not in (None, *VISIBILITIES):
+        raise bad_request(f"'visibility' must be one of {', '.join(VISIBILITIES)}, not {visibility!r}")
+    if body.get("gated") not in (None, False):
+        raise bad_request(f"This hub does not gate repos: 'gated' can only be false, not {body['gated']!r}")
+    if private is None and visibility is None and "gated" not in body:
+        raise bad_request("Nothing to change: send 'visibility' ('public' or 'private') or 'private'")
+    if private is not None or visibility is not None:
+        request.hub.store.set_private(repo, private if private is not None else visibility == "private")
+    return Response(payload={})
+
+
+def preupload(request: Request) -> Response:
+    repo, _ = request.writable_repo()
+    files = json_objects(request.json_body(), "files", required=True)
+    paths = [json_field(entry, "path", str, required=True) for entry in files]
+    sha, tree = request.commit_files(repo, request.params["rev"])
+    answer = [
+        {"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": tree.get(path, {}).get("oid")}
+        for path in paths
+    ]
+    return Response(payload={"files": answer, "commitOid": sha})
+
+
+def commit(request: Request) -> Response:
+    """`POST .../commit/{rev}` (ndjson): a commit to a branch or a pull request (`refs/pr/N`); with `?create_pr=1`,
+    a new pull request from `rev` instead, readable at `refs/pr/N`."""
+    repo, user = request.writable_repo()
+    create_pr = request.flag("create_pr")
+    header, operations = parse_commit_payload(request.body)
+    sha, pull_request = request.hub.store.commit(
+        repo,
+        request.params["rev"],
+        operations,
+        title=header["summary"],
+        message=header.get("description") or "",
+        author=user,
+        parent_commit=header.get("parentCommit"),
+        create_pr=create_pr,
+    )
+    web = f"{request.hub.url}/{repo.web_path}"
+    return Response(
+        payload={
+            "success": True,
+            "commitOid": sha,
+            "commitUrl": f"{web}/commit/{sha}",
+            "commitMessage": header["summary"],
+            "hookOutput": "",
+            "pullRequestUrl": f"{web}/discussions/{pull_request}" if pull_request else None,
+        }
+    )
+
+
+def create_branch(request: Request) -> Response:
+    repo, _ = request.writable_repo()
+    start = json_field(request.json_body(), "startingPoint", str) or DEFAULT_BRANCH
+    request.hub.store.create_ref(repo, "branches", check_name(request.params["rev"], "branch name"), start)
+    return Response(payload={})
+
+
+def delete_branch(request: Request) -> Response:
+    repo, _ = request.writable_repo()
+    request.hub.store.delete_ref(repo, "branches", request.params["rev"])
+    return Response(payload={})
+
+
+def create_tag(request: Request) -> Response:
+    repo, _ = request.writable_repo()
+    body = request.json_body()
+    tag = check_name(json_field(body, "tag", str, required=True), "tag name")
+    json_field(body, "message", str)  # accepted; a tag's message is not stored
+    request.hub.store.create_ref(repo, "tags", tag, request.params["rev"])
+    return Response(payload={})
+
+
+def delete_tag(request: Request) -> Response:
+    repo, _ = request.writable_repo()
+    request.hub.store.delete_ref(repo, "tags", request.params["rev"])
+    return Response(payload={})

@@ -1,0 +1,139 @@
+"""Loading a LayerNorm checkpoint into another norm_type: the options that keep its function, and transformers'
+notices about such a load replaced by one line saying what hf-norms did.
+
+Two notices of transformers are wrong for the loads hf-norms makes on purpose: "You are using a model of type `bert` to
+instantiate a model of type `bert_norm` ... can yield errors" (a stock checkpoint of the family is what the hf-norms
+config reads), and a load report listing the parameters a function-preserving norm adds (SepNorm's prefix norm, DTN's
+gates, LaPE's `pe_norm`) as MISSING and "newly initialized" although hf-norms set them so that the model computes
+what the checkpoint computed. `held_back` keeps such records from being logged while loading; the caller logs the
+rest of the report (any other missing, unexpected or mismatched keys) and one line of its own.
+
+Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
+relative imports of flat files.
+"""
+
+from __future__ import annotations
+
+from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from torch import nn
+from transformers import modeling_utils
+from transformers.utils import logging as transformers_logging
+from transformers.utils.loading_report import LoadStateDictInfo, log_state_dict_report
+
+from .norms import (
+    NORM_TYPES,
+    DynamicTokenNorm,
+    PositionEmbeddingNorm,
+    SeparateNorm,
+    function_preserving_options,
+    preserves_layernorm_function,
+)
+
+logger = transformers_logging.get_logger(__name__)
+
+NOT_PRESERVING_WARNING = (
+    "A LayerNorm checkpoint loaded into norm_type={norm_type!r} does not compute what it computed (no option can make "
+    "it), and fine-tuning may not learn from this start: calibrate it first with "
+    "hf_norms.convert_model(model, {norm_type!r}, calibration_data=...) or `hf-norms convert`."
+)
+PRESERVED_NOTE = (
+    "Loaded the LayerNorm checkpoint {path} into {model} with norm_type={norm_type!r}, computing what it computed: "
+    "{what} (transformers' notices about these parameters are left out)."
+)
+# The modules whose parameters a function-preserving load sets, missing from a LayerNorm checkpoint.
+PRESERVING_MODULES = (SeparateNorm, DynamicTokenNorm, PositionEmbeddingNorm)
+
+
+def model_type_notice(stock_model_type: str, model_type: str) -> Callable[[str], bool]:
+    """Matches transformers' notice that a `stock_model_type` config is read as `model_type`."""
+    start = f"You are using a model of type `{stock_model_type}` to instantiate a model of type `{model_type}`."
+    return lambda message: message.startswith(start)
+
+
+def load_report_of(model_class: type) -> Callable[[str], bool]:
+    """Matches transformers' load report of a `model_class` model."""
+    return lambda message: f"{model_class.__name__} LOAD REPORT" in message
+
+
+@contextlib.contextmanager
+def held_back(target: logging.Logger, matches: Callable[[str], bool]) -> Iterator[list[logging.LogRecord]]:
+    """Keep the records of `target` whose message `matches` from being logged while the block runs, and yield them
+    (the caller may emit them later with `target.handle(record)`). If the block raises, they are emitted before the
+    error propagates."""
+    records: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if matches(record.getMessage()):
+            records.append(record)
+            return False
+        return True
+
+    target.addFilter(hold)
+    failed = True
+    try:
+        yield records
+        failed = False
+    finally:
+        target.removeFilter(hold)
+        if failed:
+            for record in records:
+                target.handle(record)
+
+
+def layernorm_loading_options(norm_type: str, explicit: Iterable[str]) -> dict[str, Any]:
+    """The options a LayerNorm checkpoint is loaded into `norm_type` with, besides the `explicit` ones: the function-
+    preserving ones (`norms.function_preserving_options`); none for DyT and Derf, which cannot keep the function, and a
+    warning naming `hf_norms.convert_model`, which calibrates them."""
+    preserving = function_preserving_options(norm_type, explicit)
+    if preserving is None:
+        logger.warning(NOT_PRESERVING_WARNING.format(norm_type=norm_type))
+    return preserving or {}
+
+
+def preserved_keys(model: nn.Module, missing_keys: Iterable[str]) -> dict[str, set[str]]:
+    """The missing keys that a function-preserving load set, by the module holding them (empty when the model's config
+    does not keep a LayerNorm checkpoint's function, e.g. SepNorm with a BatchNorm prefix norm)."""
+    if not preserves_layernorm_function(model.config):
+        return {}
+    owners = [name for name, module in model.named_modules() if isinstance(module, PRESERVING_MODULES)]
+    by_owner: dict[str, set[str]] = {}
+    for key in missing_keys:
+        owner = next((name for name in owners if key.startswith(f"{name}.")), None)
+        if owner is not None:
+            by_owner.setdefault(owner, set()).add(key)
+    return by_owner
+
+
+def replace_load_notices(model: nn.Module, path, info: dict, held_reports: list[logging.LogRecord]) -> None:
+    """After loading a LayerNorm checkpoint into `model`: log one line saying which parameters hf-norms set to keep
+    the function, and transformers' load report (`held_reports`) without them (not at all when nothing else is in it).
+    Loads that do not keep the function get their report as transformers wrote it."""
+    by_owner = preserved_keys(model, info["missing_keys"])
+    if not by_owner:
+        for record in held_reports:
+            modeling_utils.logger.handle(record)
+        return
+    note = NORM_TYPES[model.config.norm_type].preserving_note.format(count=len(by_owner))
+    logger.info(
+        PRESERVED_NOTE.format(path=path, model=type(model).__name__, norm_type=model.config.norm_type, what=note)
+    )
+    if held_reports:
+        preserved = set().union(*by_owner.values())
+        rest = LoadStateDictInfo(
+            missing_keys=set(info["missing_keys"]) - preserved,
+            unexpected_keys=set(info["unexpected_keys"]),
+            mismatched_keys=set(info["mismatched_keys"]),
+            error_msgs=[],
+            conversion_errors={},
+            skipped_pp_keys=set(),
+        )
+        # transformers' own report of the other keys (none: no report); mismatched sizes were already refused
+        log_state_dict_report(model, str(path), True, rest, logger=modeling_utils.logger)

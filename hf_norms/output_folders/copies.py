@@ -1,0 +1,64 @@
+"""Copies of checkpoint folders that never follow a link out of the folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from .ownership import MARKER_NAME
+from .places import OutputFolderError, resolved
+
+
+def checkpoint_files(
+    source: Path, names: Iterable[str] | None = None, root: Path | None = None
+) -> list[tuple[Path, str]]:
+    """(file to read, path relative to `source`) of every file of `names` (files or folders; default: everything but
+    the marker), a link to a regular file inside `root` (default: `source`; a Hub download's snapshot links into its
+    repo's cache folder) standing for that file; any other link (outside, to a folder, dangling, a loop) is refused,
+    naming it (`readable_inside`)."""
+    source = resolved(source, "Source")
+    root = source if root is None else resolved(root, "Source")
+    files = []
+    for name in names if names is not None else [entry.name for entry in source.iterdir() if entry.name != MARKER_NAME]:
+        start = source / name
+        walked = [start] if not start.is_dir() or start.is_symlink() else [
+            Path(d) / f for d, folders, found in os.walk(start)
+            for f in found + [x for x in folders if (Path(d) / x).is_symlink()]
+        ]  # fmt: skip
+        for path in walked:
+            if not path.name.startswith(MARKER_NAME):
+                files.append((readable_inside(root, path), path.relative_to(source).as_posix()))
+    return files
+
+
+def copy_checkpoint_files(
+    source: Path, target: Path, names: Iterable[str] | None = None, root: Path | None = None
+) -> list[str]:
+    """Copy `names` of `source` into `target` (`checkpoint_files`: never through a link out of `source`, or `root`,
+    every link checked before anything is copied); returns the relative paths copied."""
+    files = checkpoint_files(source, names, root)
+    for path, relative in files:
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target / relative, follow_symlinks=False)
+    return [relative for _, relative in files]
+
+
+def readable_inside(folder: Path, path: Path) -> Path:
+    """`path` itself, or, for a symbolic link, the regular file inside `folder` it leads to; anything else is refused."""
+    if not path.is_symlink():
+        if not path.is_file():
+            raise OutputFolderError(f"{path} is not a regular file; hf-norms copies only files out of {folder}.")
+        return path
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        target = None
+    if target is None or not target.is_relative_to(folder) or not target.is_file():
+        where = "nowhere (dangling or a loop)" if target is None else str(target)
+        raise OutputFolderError(
+            f"{path} is a symbolic link to {where}; hf-norms never copies a link out of a checkpoint folder. Replace it "
+            "with a copy of the file, or remove it."
+        )
+    return target

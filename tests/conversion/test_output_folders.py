@@ -1,0 +1,296 @@
+"""One mechanism keeps every command that writes (convert, heal, finetune, demo) from losing what the user owns.
+
+The cases run the real command line (`hf_norms.cli.main`, or real subprocesses where processes race) and compare the
+sha256 of every file of the user's before and after: outputs re-checked at the move, two runs on one output, files a
+user added to an hf-norms output, fine-tuning into the source or a user's folder, links that copies must not follow,
+and resuming from a checkpoint that is not the run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+from test_convert import leftovers, save_images, tree_digest
+from test_safety import assert_refused, run
+
+from hf_norms.output_folders import (
+    MARKER_NAME,
+    Marker,
+    OutputFolderError,
+    claim_folder,
+    foreign_entries,
+    rename_no_replace,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def convert_args(source: Path, output: Path, *extra: str) -> list[str]:
+    return ["convert", str(source), "--norm-type", "lape", "--output", str(output), *extra]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Outputs built whole: re-checked at the move, one run at a time, the user's files never deleted
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_rename_no_replace_never_replaces_an_empty_folder(tmp_path):
+    (tmp_path / "staged").mkdir()
+    (tmp_path / "staged" / "config.json").write_text("{}")
+    (tmp_path / "target").mkdir()  # os.rename would silently replace it
+    with pytest.raises(FileExistsError):
+        rename_no_replace(tmp_path / "staged", tmp_path / "target")
+    assert (tmp_path / "target").is_dir() and not any((tmp_path / "target").iterdir())
+    rename_no_replace(tmp_path / "staged", tmp_path / "moved")
+    assert (tmp_path / "moved" / "config.json").is_file()
+
+
+def test_markers_are_trusted_only_as_files_of_a_live_process_that_started_before_them(tmp_path):
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "real").mkdir()
+    Marker.new("convert").write(tmp_path / "real")
+    os.symlink(tmp_path / "real" / MARKER_NAME, tmp_path / "linked" / MARKER_NAME)
+    assert Marker.read(tmp_path / "real") is not None and Marker.read(tmp_path / "linked") is None
+    reused = Marker.new("convert")
+    reused.started_ns -= 3600 * 10**9  # written an hour before this process started: its id was reused since
+    assert Marker.new("convert").run_is_alive() and not reused.run_is_alive()
+
+
+def test_a_folder_holding_links_is_never_written_into(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (tmp_path / "elsewhere.json").write_text("{}")
+    os.symlink(tmp_path / "elsewhere.json", mine / "config.json")  # a write of config.json would land outside
+    with pytest.raises(OutputFolderError, match="holds symbolic links"):
+        claim_folder(mine, command="finetune", overwrite=True)
+    assert (tmp_path / "elsewhere.json").read_text() == "{}"
+
+
+HOOKED_CONVERT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from hf_norms import cli
+    from hf_norms.conversion import convert
+    real, output, action = convert.save_checkpoint, Path(sys.argv[2]), sys.argv[1]
+    def save_then_meddle(model, processor, folder):
+        real(model, processor, folder)
+        if action == "create":
+            output.mkdir()
+            (output / "mine.txt").write_text("the user's")
+        elif action == "add":
+            (output / "my_run").mkdir()
+            (output / "my_run" / "log.txt").write_text("the user's")
+    convert.save_checkpoint = save_then_meddle
+    sys.exit(cli.main(["convert", sys.argv[3], "--norm-type", "lape", "--output", str(output), *sys.argv[4:]]))
+    """
+)
+
+
+def meddling_convert(action: str, source: Path, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    """A real conversion during which, once its staging folder is complete, the user `create`s the output folder or
+    `add`s files to the existing one."""
+    return subprocess.run([sys.executable, "-c", HOOKED_CONVERT, action, str(output), str(source), *extra],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_a_folder_the_user_creates_at_the_output_during_a_run_is_left_alone(tiny_vit_dir, tmp_path):
+    output = tmp_path / "out"
+    result = meddling_convert("create", tiny_vit_dir, output)
+    assert result.returncode == 2, result.stderr
+    assert "was created by someone else while this run worked" in result.stderr
+    assert [entry.name for entry in output.iterdir()] == ["mine.txt"] and not leftovers(tmp_path, "out")
+    assert (output / "mine.txt").read_text() == "the user's"
+
+
+def test_files_the_user_adds_to_an_output_are_never_deleted_by_overwrite(tiny_vit_dir, tmp_path, capsys):
+    output = tmp_path / "out"
+    assert run(convert_args(tiny_vit_dir, output), capsys)[0] == 0
+    (output / "my_run").mkdir()
+    (output / "my_run" / "notes.txt").write_text("the user's")
+    before = tree_digest(output)
+    status, err = run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)
+    assert_refused(status, err, "holds files hf-norms did not write (my_run/notes.txt)")
+    assert tree_digest(output) == before
+    (output / "my_run" / "notes.txt").unlink()
+    (output / "my_run").rmdir()
+    result = meddling_convert("add", tiny_vit_dir, output, "--overwrite")  # added while the run works
+    assert result.returncode == 2 and "my_run/log.txt" in result.stderr, result.stderr
+    assert (output / "my_run" / "log.txt").read_text() == "the user's" and not leftovers(tmp_path, "out")
+
+
+def test_an_output_of_an_earlier_release_is_replaced_only_without_files_of_the_user(tiny_vit_dir, tmp_path, capsys):
+    output = tmp_path / "out"
+    assert run(convert_args(tiny_vit_dir, output), capsys)[0] == 0
+    (output / MARKER_NAME).unlink()  # as earlier releases wrote it: recognised by its report
+    (output / "extra.txt").write_text("the user's")
+    status, err = run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)
+    assert_refused(status, err, "extra.txt")
+    (output / "extra.txt").unlink()
+    assert run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)[0] == 0
+    assert Marker.read(output).command == "convert"
+
+
+def test_two_conversions_to_one_output_one_succeeds_and_the_other_says_why(tiny_vit_dir, tmp_path):
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "hf_norms.cli", *convert_args(tiny_vit_dir, output)]
+    processes = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(process.wait(timeout=600), process.stderr.read()) for process in processes]
+    assert sorted(status for status, _ in results) == [0, 2], results
+    [refused] = [err.strip() for status, err in results if status == 2]
+    assert "\n" not in refused and any(
+        why in refused for why in ("Another hf-norms run", "by someone else", "already exists")
+    ), refused
+    assert Marker.read(output).command == "convert" and not leftovers(tmp_path, "out")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Healing: links never followed out, the user's files kept, resume only from the run's own checkpoints
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def calibrated(tiny_vit_dir, tmp_path, capsys) -> tuple[Path, Path]:
+    """(a DyT conversion of the tiny ViT, its images)."""
+    images = save_images(tmp_path / "images", 12)
+    folder = tmp_path / "vit-dyt"
+    assert run(["convert", str(tiny_vit_dir), "--norm-type", "dyt", "--calibration-data", str(images),
+                "--calibration-samples", "8", "--eval-samples", "4", "--output", str(folder)], capsys)[0] == 0  # fmt: skip
+    return folder, images
+
+
+def test_heal_never_copies_a_link_out_of_the_folder(calibrated, tmp_path, capsys):
+    folder, images = calibrated
+    (tmp_path / "secret.txt").write_text("private")
+    os.symlink(tmp_path / "secret.txt", folder / "notes.txt")
+    before = tree_digest(folder)
+    status, err = run(["heal", str(folder), "--data", str(images), "--max-steps", "1", "--batch-size", "4"], capsys)
+    assert_refused(status, err, "notes.txt is a symbolic link to")
+    assert tree_digest(folder) == before and not leftovers(tmp_path, "vit-dyt")
+    (folder / "notes.txt").unlink()
+    (folder / "readme-copy.md").write_text("kept")  # the user's, healed in place: kept, and still the user's
+    os.symlink("config.json", folder / "config-link.json")  # a link to a file inside: copied as that file
+    converted_config = (folder / "config.json").read_bytes()
+    assert run(["heal", str(folder), "--data", str(images), "--max-steps", "1", "--batch-size", "4"], capsys)[0] == 0
+    assert (folder / "readme-copy.md").read_text() == "kept" and not (folder / "config-link.json").is_symlink()
+    assert (folder / "config-link.json").read_bytes() == converted_config
+    assert "readme-copy.md" in foreign_entries(folder)
+
+
+def interrupted_heal(folder: Path, images: Path, capsys) -> Path:
+    """Heal until the first checkpoint, then stop (as a run cut by --max-minutes); returns that checkpoint."""
+    assert run(["heal", str(folder), "--data", str(images), "--max-steps", "5", "--save-steps", "1",
+                "--batch-size", "4", "--max-minutes", "0"], capsys)[0] == 0  # fmt: skip
+    [checkpoint] = (folder.parent / f".{folder.name}.healing").glob("checkpoint-*")
+    return checkpoint
+
+
+def test_heal_resumes_only_from_a_checkpoint_of_its_own_model(calibrated, tiny_vit_dir, tmp_path, capsys):
+    folder, images = calibrated
+    checkpoint = interrupted_heal(folder, images, capsys)
+    resume = ["heal", str(folder), "--data", str(images), "--max-steps", "5", "--batch-size", "4", "--resume"]
+    weights = load_file(checkpoint / "model.safetensors")
+    other = {name.replace(".alpha", ".gamma"): tensor for name, tensor in weights.items()}
+    tampering = {
+        "another model's weights": (lambda: save_file(other, str(checkpoint / "model.safetensors")), "does not hold"),
+        "truncated weights": (lambda: truncate(checkpoint / "model.safetensors"), "truncated"),
+        "a corrupt trainer state": (lambda: (checkpoint / "trainer_state.json").write_text("{not json"), "not valid"),
+        "another norm_type": (lambda: set_norm_type(checkpoint, "derf"), "norm_type='derf'"),
+    }
+    pristine = {path.name: path.read_bytes() for path in checkpoint.iterdir() if path.is_file()}
+    for what, (tamper, expected) in tampering.items():
+        tamper()
+        before = tree_digest(folder)
+        status, err = run(resume, capsys)
+        assert_refused(status, err, expected)
+        assert tree_digest(folder) == before, what
+        for name, data in pristine.items():
+            (checkpoint / name).write_bytes(data)
+    status, err = run(resume, capsys)
+    assert status == 0, err  # the run's own checkpoint resumes
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def set_norm_type(checkpoint: Path, norm_type: str) -> None:
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "norm_type": norm_type}))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Fine-tuning: the same rules for --output_dir
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def news_csv(tmp_path) -> Path:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "news.csv"
+    path.write_text("text,label\n" + "".join(f"story number {i} about {'sport' if i % 2 else 'money'},{i % 2}\n"
+                                             for i in range(16)))  # fmt: skip
+    return path
+
+
+def finetune_args(source: Path, data: Path, output: Path | str, *extra: str) -> list[str]:
+    return ["finetune", "--model_name_or_path", str(source), "--dataset", str(data), "--output_dir", str(output),
+            "--use_cpu", "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_steps", "1",
+            "--max_seq_length", "16", *extra]  # fmt: skip
+
+
+def test_finetune_never_writes_into_its_source_its_data_or_the_working_directory(
+    tiny_bert_dir, news_csv, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    before = tree_digest(tiny_bert_dir), tree_digest(news_csv.parent)
+    for output in (tiny_bert_dir, tiny_bert_dir / "inside", news_csv.parent, ".", tmp_path.parent):
+        for flag in ((), ("--overwrite_output_dir",)):
+            status, err = run(finetune_args(tiny_bert_dir, news_csv, output, *flag), capsys)
+            assert_refused(status, err, "--output_dir")
+    assert (tree_digest(tiny_bert_dir), tree_digest(news_csv.parent)) == before
+    assert json.loads((tiny_bert_dir / "config.json").read_text())["model_type"] == "bert"
+
+
+def test_finetune_writes_into_a_users_folder_only_when_asked_and_replaces_nothing_of_theirs(
+    tiny_bert_dir, news_csv, tmp_path, capsys
+):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    status, err = run(finetune_args(tiny_bert_dir, news_csv, mine), capsys)
+    assert_refused(status, err, "--overwrite_output_dir")
+    (mine / "config.json").write_text("{}")
+    status, err = run(finetune_args(tiny_bert_dir, news_csv, mine, "--overwrite_output_dir"), capsys)
+    assert_refused(status, err, "would replace or delete (config.json)")
+    (mine / "config.json").unlink()
+    assert run(finetune_args(tiny_bert_dir, news_csv, mine, "--overwrite_output_dir"), capsys)[0] == 0
+    assert (mine / "notes.txt").read_text() == "the user's" and (mine / "model.safetensors").is_file()
+    assert foreign_entries(mine) == ["notes.txt"]  # everything else is recorded as written by hf-norms
+
+
+def test_finetune_resumes_its_own_run_and_refuses_another_models_checkpoint(tiny_bert_dir, news_csv, tmp_path, capsys):
+    output = tmp_path / "run"
+    assert run(finetune_args(tiny_bert_dir, news_csv, output), capsys)[0] == 0
+    status, err = run(finetune_args(tiny_bert_dir, news_csv, output), capsys)
+    assert_refused(status, err, "holds an earlier hf-norms finetune run")
+    assert run(finetune_args(tiny_bert_dir, news_csv, output, "--resume_from_checkpoint", "last",
+                             "--max_steps", "3"), capsys)[0] == 0  # fmt: skip
+    other = tmp_path / "other"
+    assert run(finetune_args(tiny_bert_dir, news_csv, other, "--norm_type", "dtn"), capsys)[0] == 0
+    status, err = run(finetune_args(tiny_bert_dir, news_csv, tmp_path / "third", "--resume_from_checkpoint",
+                                    str(other / "checkpoint-2")), capsys)  # fmt: skip
+    assert_refused(status, without_progress_bars(err), "norm_type='dtn'")  # refused once the model is loaded
+
+
+def without_progress_bars(err: str) -> str:
+    """stderr without transformers' "Loading weights" progress bar, which a run shows before the model can be checked."""
+    return "\n".join(line for line in err.splitlines() if "Loading weights" not in line)

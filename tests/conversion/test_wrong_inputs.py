@@ -1,0 +1,213 @@
+"""Every wrong input is one line on stderr with exit status 2, before anything is allocated or written.
+
+Each case gives the real command line (`hf_norms.cli.main`, in this process) a broken config, a malformed safetensors
+header, unreadable data or an unusable path, and asserts the status, that stderr is one line without a traceback, the
+words that say what is wrong, and that the source and the user's files are byte for byte unchanged. Configs that would
+allocate gigabytes are refused from their numbers, in well under the time an allocation would take.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from test_convert import save_images, tree_digest
+from test_safety import assert_refused, run
+
+import hf_norms
+from hf_norms.conversion.healing import heal
+from hf_norms.errors import ArgumentTypeError
+from hf_norms.training.finetune import finetune
+
+
+def edited_copy(source: Path, target: Path, config: dict | None = None, header=None) -> Path:
+    """A copy of the checkpoint `source` with `config` merged into its config.json and/or its safetensors header text
+    replaced by `header(text)` (the tensor data kept)."""
+    shutil.copytree(source, target)
+    if config is not None:
+        (target / "config.json").write_text(json.dumps({**json.loads((target / "config.json").read_text()), **config}))
+    if header is not None:
+        raw = (target / "model.safetensors").read_bytes()
+        size = struct.unpack("<Q", raw[:8])[0]
+        text = header(raw[8 : 8 + size].decode()).encode()
+        (target / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + size :])
+    return target
+
+
+def edit_header(edit):
+    """A header editor: parse, let `edit` change the dict, serialise."""
+
+    def apply(text: str) -> str:
+        header = json.loads(text)
+        edit(header)
+        return json.dumps(header)
+
+    return apply
+
+
+def tensors(header: dict) -> list[str]:
+    return sorted((name for name in header if name != "__metadata__"), key=lambda n: header[n]["data_offsets"][0])
+
+
+def same_size_pair(header: dict) -> tuple[str, str]:
+    sizes: dict[int, list[str]] = {}
+    for name in tensors(header):
+        start, stop = header[name]["data_offsets"]
+        sizes.setdefault(stop - start, []).append(name)
+    return next(tuple(names[:2]) for names in sizes.values() if len(names) > 1)
+
+
+def overlap(header: dict) -> None:
+    first, second = same_size_pair(header)
+    header[second]["data_offsets"] = header[first]["data_offsets"]
+
+
+def float_offsets(header: dict) -> None:
+    name = tensors(header)[0]
+    header[name]["data_offsets"] = [float(v) for v in header[name]["data_offsets"]]
+
+
+BROKEN_SOURCES = {
+    "negative-hidden-size": ({"hidden_size": -48}, None, "hidden_size must be a positive integer"),
+    "unknown-activation": ({"hidden_act": "nope"}, None, "hidden_act 'nope' is not an activation"),
+    "float-heads": ({"num_attention_heads": 4.5}, None, "num_attention_heads must be a positive integer"),
+    "labels-disagree": (
+        {"id2label": {"0": "a"}, "num_labels": 3},
+        None,
+        "id2label names 1 classes but num_labels is 3",
+    ),
+    "labels-not-indices": ({"id2label": {"x": "a"}}, None, "id2label must map the class indices"),
+    "dropout-nan": ({"hidden_dropout_prob": float("nan")}, None, "hidden_dropout_prob must be a probability"),
+    "ten-million-positions": ({"max_position_embeddings": 10**7}, None, "the config does not belong to these weights"),
+    "a-million-labels": (
+        {"num_labels": 10**6, "id2label": None, "label2id": None},
+        None,
+        "the config does not belong to these weights",
+    ),
+    "header-nested-deep": (
+        None,
+        lambda text: text.rstrip()[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "nested too deeply",
+    ),
+    "header-overlap": (None, edit_header(overlap), "overlaps another"),
+    "header-float-offsets": (None, edit_header(float_offsets), "corrupt header entry"),
+    "header-metadata-list": (None, edit_header(lambda h: h.update(__metadata__=[1, 2])), "__metadata__"),
+    "header-infinite-shape": (
+        None,
+        edit_header(lambda h: h[tensors(h)[0]].update(shape=[10**30, 10**30])),
+        "inconsistent offsets",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_SOURCES))
+def test_a_broken_source_is_one_line_before_anything_is_allocated(case, tiny_vit_dir, tiny_bert_dir, tmp_path, capsys):
+    config, header, expected = BROKEN_SOURCES[case]
+    base = tiny_bert_dir if case == "ten-million-positions" else tiny_vit_dir
+    source = edited_copy(base, tmp_path / "source", config, header)
+    before = tree_digest(source)
+    started = time.perf_counter()
+    status, err = run(["convert", str(source), "--norm-type", "dtn", "--output", str(tmp_path / "out")], capsys)
+    assert_refused(status, err, expected)
+    assert time.perf_counter() - started < 20  # a 10**7 x 32 position table alone would be 1.2 GB
+    assert tree_digest(source) == before and not (tmp_path / "out").exists()
+
+
+def test_an_oversized_config_is_refused_by_heal_and_finetune_too(tiny_bert_dir, tmp_path, capsys):
+    converted = tmp_path / "converted"
+    assert run(["convert", str(tiny_bert_dir), "--norm-type", "dtn", "--output", str(converted)], capsys)[0] == 0
+    config = json.loads((converted / "config.json").read_text())
+    (converted / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10**7}))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one text\nanother text\n")
+    status, err = run(["heal", str(converted), "--data", str(texts)], capsys)
+    assert_refused(status, err, "the config does not belong to these weights")
+    source = edited_copy(tiny_bert_dir, tmp_path / "stock", {"num_labels": 10**6, "id2label": None, "label2id": None})
+    data = tmp_path / "news.csv"
+    data.write_text("text,label\n" + "".join(f"text number {i},{i % 2}\n" for i in range(8)))
+    status, err = run(["finetune", "--model_name_or_path", str(source), "--dataset", str(data), "--num_labels",
+                       "1000000", "--max_seq_length", "16", "--output_dir", str(tmp_path / "ft"), "--use_cpu"], capsys)  # fmt: skip
+    assert_refused(status, err, "the config does not belong to these weights")
+
+
+def test_unreadable_data_is_one_line(tiny_vit_dir, tiny_bert_dir, tmp_path, capsys):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(256)) * 8)
+    status, err = run(["convert", str(tiny_bert_dir), "--norm-type", "dyt", "--calibration-data", str(binary),
+                       "--output", str(tmp_path / "a")], capsys)  # fmt: skip
+    assert_refused(status, err, "is not UTF-8 text (byte 0x80 at offset 128)")
+    images = save_images(tmp_path / "images", 3)
+    (images / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+    status, err = run(["convert", str(tiny_vit_dir), "--norm-type", "dyt", "--calibration-data", str(images),
+                       "--output", str(tmp_path / "b")], capsys)  # fmt: skip
+    assert_refused(status, err, "broken.png is not a readable image")
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("text,label\n")
+    status, err = run(["finetune", "--model_name_or_path", str(tiny_bert_dir), "--dataset", str(header_only),
+                       "--output_dir", str(tmp_path / "c"), "--use_cpu"], capsys)  # fmt: skip
+    assert_refused(status, err, "header.csv as a csv file with rows of data")
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_a_corrupt_image_in_a_fine_tuning_imagefolder_is_one_line_before_training(tmp_path, capsys):
+    folder = tmp_path / "photos"
+    for label in ("cats", "dogs"):
+        save_images(folder / label, 3)
+    (folder / "dogs" / "z.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    status, err = run(["finetune", "--model_type", "vit_norm", "--config_overrides",
+                       "image_size=32,patch_size=8,hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
+                       "intermediate_size=32", "--dataset", str(folder), "--output_dir", str(tmp_path / "out"),
+                       "--use_cpu", "--max_steps", "1"], capsys)  # fmt: skip
+    assert_refused(status, err, "z.png) is not a readable image")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unusable_paths_are_one_line(tiny_vit_dir, tmp_path, capsys):
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    cases = {
+        str(loop): "link",
+        str(tmp_path / ("x" * 300)): "File name too long",
+        str(tmp_path / "file.txt"): "is a file",
+    }
+    (tmp_path / "file.txt").write_text("mine")
+    for output, expected in cases.items():
+        status, err = run(["convert", str(tiny_vit_dir), "--norm-type", "lape", "--output", output], capsys)
+        assert_refused(status, err, expected)
+    status, err = run(["convert", "/" + "a/" * 3000, "--norm-type", "lape", "--output", str(tmp_path / "o")], capsys)
+    assert_refused(status, err, "File name too long")
+    assert (tmp_path / "file.txt").read_text() == "mine" and loop.is_symlink()
+
+
+def test_push_refuses_an_oversized_config_before_loading_it(tiny_bert_dir, tmp_path, capsys):
+    converted = tmp_path / "converted"
+    assert run(["convert", str(tiny_bert_dir), "--norm-type", "lape", "--output", str(converted)], capsys)[0] == 0
+    config = json.loads((converted / "config.json").read_text())
+    (converted / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10**7}))
+    started = time.perf_counter()
+    status, err = run(["push", "org/tiny", str(converted), "--dry-run"], capsys)
+    assert_refused(status, err, "the config does not belong to these weights")
+    assert time.perf_counter() - started < 20
+
+
+def test_wrong_types_in_the_python_api_are_type_errors_with_one_line(tiny_vit_dir, tmp_path):
+    calls = {
+        "convert(None, ...)": lambda: hf_norms.convert(None, "dtn", tmp_path / "o"),
+        "convert(..., norm_type=3)": lambda: hf_norms.convert(tiny_vit_dir, 3, tmp_path / "o"),
+        "convert(..., output=None)": lambda: hf_norms.convert(tiny_vit_dir, "dtn", None),
+        "convert_model(None, ...)": lambda: hf_norms.convert_model(None, "dtn"),
+        "heal(None, ...)": lambda: heal(None, "data.txt"),
+        "finetune(None, ...)": lambda: finetune(None, None, None),
+        "push_to_hub(None, ...)": lambda: hf_norms.push_to_hub(None, "org/x"),
+        "push_to_hub(..., repo_id=None)": lambda: hf_norms.push_to_hub(tmp_path, None),
+    }
+    for call in calls.values():
+        with pytest.raises(ArgumentTypeError) as raised:
+            call()
+        assert isinstance(raised.value, TypeError) and "\n" not in str(raised.value)
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,179 @@
+"""Stock checkpoints through the Auto classes with a norm option (`AutoModel.from_pretrained(stock, norm_type="dtn")`),
+and what transformers and hf-norms log when a LayerNorm checkpoint is loaded into another norm_type."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+from conftest import HEAD_CASES, head_config, in_fresh_memory, primary_output, tiny_config
+from test_stock_compat import stock_class, stock_config
+
+import hf_norms
+
+PRESERVING = ("dtn", "lape", "sepnorm")
+
+
+def saved_stock(case, tmp_path):
+    torch.manual_seed(0)
+    stock = stock_class(case)(stock_config(head_config(case, "layernorm"))).eval()
+    stock.save_pretrained(tmp_path)
+    return in_fresh_memory(stock)
+
+
+@pytest.mark.parametrize("case", HEAD_CASES, ids=str)
+def test_auto_classes_load_a_stock_checkpoint_into_the_hf_norms_head_keeping_its_function(case, tmp_path):
+    stock = saved_stock(case, tmp_path)
+    auto_class = getattr(transformers, case.model_class._auto_class)
+    model = in_fresh_memory(auto_class.from_pretrained(tmp_path, norm_type="sepnorm").eval())
+    assert type(model) is case.model_class
+    assert (model.config.norm_type, model.config.sepnorm_prefix_norm) == ("sepnorm", "layernorm")
+    inputs = case.inputs(model.config, with_labels=False)
+    with torch.no_grad():
+        diff = (primary_output(model(**inputs)) - primary_output(stock(**inputs))).abs().max().item()
+    assert diff <= 1e-5, diff
+    # Without a norm option the Auto class gives what transformers gives: the stock class itself.
+    assert type(auto_class.from_pretrained(tmp_path)) is stock_class(case)
+
+
+@pytest.mark.parametrize("norm_type", PRESERVING)
+def test_auto_model_on_the_real_minilm_is_the_direct_class_load(minilm_dir, news_sentences, norm_type):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    batch = tokenizer(news_sentences, padding=True, return_tensors="pt")
+    auto = transformers.AutoModel.from_pretrained(minilm_dir, norm_type=norm_type).eval()
+    direct = hf_norms.BertNormModel.from_pretrained(minilm_dir, norm_type=norm_type).eval()
+    stock = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    assert type(auto) is hf_norms.BertNormModel and auto.config.to_dict() == direct.config.to_dict()
+    with torch.no_grad():
+        outputs = [model(**batch).last_hidden_state for model in (auto, direct, stock)]
+    real = batch["attention_mask"].bool()
+    assert torch.equal(outputs[0], outputs[1])
+    assert (outputs[0] - outputs[2])[real].abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("norm_type", ["dyt", "derf"])
+def test_auto_classes_warn_as_the_direct_classes_where_the_function_is_lost(norm_type, tmp_path, caplog):
+    case = HEAD_CASES[[str(c) for c in HEAD_CASES].index("ViTNormForImageClassification")]
+    saved_stock(case, tmp_path)
+    with caplog.at_level(logging.WARNING):
+        model = transformers.AutoModelForImageClassification.from_pretrained(tmp_path, norm_type=norm_type)
+        direct = hf_norms.ViTNormForImageClassification.from_pretrained(tmp_path, norm_type=norm_type)
+    assert type(model) is type(direct) and model.config.norm_type == norm_type
+    warnings = [record.getMessage() for record in caplog.records if record.name.startswith("hf_norms")]
+    assert len(warnings) == 2 and warnings[0] == warnings[1]
+    assert f"norm_type='{norm_type}' does not compute what it computed" in warnings[0]
+    assert "hf_norms.convert_model" in warnings[0]
+
+
+def test_auto_from_config_takes_norm_options():
+    config = transformers.BertConfig(**tiny_config("bert", "layernorm").to_dict())
+    model = transformers.AutoModelForMaskedLM.from_config(config, norm_type="dtn", dtn_gate_init=0.25)
+    assert type(model) is hf_norms.BertNormForMaskedLM
+    assert (model.config.norm_type, model.config.dtn_gate_init, model.config.hidden_size) == ("dtn", 0.25, 48)
+    assert type(transformers.AutoModelForMaskedLM.from_config(config)) is transformers.BertForMaskedLM
+
+
+def test_a_checkpoints_own_remote_code_still_wins_over_the_stock_class(tmp_path):
+    """transformers loads a stock-type checkpoint's remote code (an `auto_map` without its own config class) when
+    trusted; hf-norms' registration for the stock config changes nothing there."""
+    case = HEAD_CASES[[str(c) for c in HEAD_CASES].index("BertNormModel")]
+    saved_stock(case, tmp_path)
+    (tmp_path / "custom_bert.py").write_text(
+        "from transformers import BertModel\n\n\nclass CustomBertModel(BertModel):\n    pass\n"
+    )
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(
+        json.dumps({**config, "auto_map": {"AutoModel": "custom_bert.CustomBertModel"}})
+    )
+    assert type(transformers.AutoModel.from_pretrained(tmp_path, trust_remote_code=True)).__name__ == "CustomBertModel"
+    assert type(transformers.AutoModel.from_pretrained(tmp_path, trust_remote_code=False)) is transformers.BertModel
+
+
+LOAD_SCRIPT = """
+    import logging, sys
+    import transformers
+    import hf_norms
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s: %(message)s")
+    transformers.logging.set_verbosity_warning()
+    transformers.logging.disable_progress_bar()
+    path = sys.argv[1]
+    for label, load in [
+        ("dtn", lambda: hf_norms.BertNormModel.from_pretrained(path, norm_type="dtn")),
+        ("lape", lambda: hf_norms.BertNormModel.from_pretrained(path, norm_type="lape")),
+        ("sepnorm", lambda: hf_norms.BertNormModel.from_pretrained(path, norm_type="sepnorm")),
+        ("auto sepnorm", lambda: transformers.AutoModel.from_pretrained(path, norm_type="sepnorm")),
+        ("head sepnorm", lambda: hf_norms.BertNormForSequenceClassification.from_pretrained(path, norm_type="sepnorm")),
+        ("layernorm", lambda: hf_norms.BertNormModel.from_pretrained(path)),
+        ("dyt", lambda: hf_norms.BertNormModel.from_pretrained(path, norm_type="dyt")),
+        ("sepnorm batchnorm", lambda: hf_norms.BertNormModel.from_pretrained(
+            path, norm_type="sepnorm", sepnorm_prefix_norm="batchnorm")),
+    ]:
+        print(f"=== {label}", file=sys.stderr, flush=True)
+        load()
+        print("=== end", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def load_logs(minilm_dir, tmp_path_factory) -> dict[str, str]:
+    """What a user sees on stderr for each load of the real MiniLM (transformers at its WARNING verbosity, Python
+    logging at INFO), by load."""
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "warning"}
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LOAD_SCRIPT), str(minilm_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path_factory.mktemp("logs"),
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    sections = completed.stderr.split("=== ")[1:]
+    return {section.split("\n", 1)[0]: section.split("\n", 1)[1] for section in sections if section != "end\n"}
+
+
+def hf_norms_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if line.startswith("hf_norms")]
+
+
+NOTE = {
+    "dtn": "mean and variance gates at 1 (LayerNorm's statistics) in 13 DTN norms",
+    "lape": "the input position embedding kept and pe_norm at zero in 6 layers",
+    "sepnorm": "prefix_norm copied from the LayerNorm in 13 SepNorm norms",
+    "auto sepnorm": "prefix_norm copied from the LayerNorm in 13 SepNorm norms",
+    "head sepnorm": "prefix_norm copied from the LayerNorm in 13 SepNorm norms",
+}
+
+
+@pytest.mark.parametrize("load", sorted(NOTE))
+def test_a_function_preserving_load_logs_one_line_instead_of_transformers_notices(load_logs, load):
+    log = load_logs[load]
+    assert "to instantiate a model of type" not in log
+    lines = hf_norms_lines(log)
+    assert len(lines) == 1 and " INFO: " in lines[0] and NOTE[load] in lines[0], log
+    assert "computing what it computed" in lines[0]
+    for name in ("prefix_norm", "mean_gate", "var_gate", "pos_proj", "pe_norm"):
+        assert name not in log.replace(lines[0], "")
+    if load == "head sepnorm":  # the classifier is new: the load report lists it, and only it
+        assert "LOAD REPORT" in log and "classifier.weight" in log and "classifier.bias" in log
+    else:
+        assert "LOAD REPORT" not in log
+
+
+def test_other_loads_keep_transformers_load_report(load_logs):
+    assert "to instantiate a model of type" not in load_logs["layernorm"]
+    assert not hf_norms_lines(load_logs["layernorm"]) and "LOAD REPORT" not in load_logs["layernorm"]
+    dyt = load_logs["dyt"]  # DyT: hf-norms' warning, and the report of its new alpha parameters
+    assert "to instantiate a model of type" not in dyt
+    assert [" WARNING: " in line for line in hf_norms_lines(dyt)] == [True]
+    assert "LOAD REPORT" in dyt and "LayerNorm.alpha" in dyt
+    batchnorm = load_logs["sepnorm batchnorm"]  # a BatchNorm prefix norm does not keep the function: reported
+    assert not hf_norms_lines(batchnorm) and "LOAD REPORT" in batchnorm and "prefix_norm.running_mean" in batchnorm
