@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 
 import hf_norms
 from hf_norms.conversion.checkpoint_io import ConversionError, check_weights, resolve_source
-from hf_norms.conversion.convert import convert, convert_model, save_checkpoint
+from hf_norms.conversion.convert import check_finite_weights, convert, convert_model, save_checkpoint
 from hf_norms.conversion.sharded import MappedWeights, pages_dropped_after_use
 from hf_norms.conversion.sources import inspect_source, load_teacher
 
@@ -213,3 +213,17 @@ def test_saving_over_a_copied_sharded_folder_leaves_no_stale_index(tmp_path):
     save_checkpoint(model, None, healed)
     assert sorted(path.name for path in healed.glob("*safetensors*")) == ["model.safetensors"]
     assert check_weights(healed, allow_pickle=False)[1].keys() == stored(healed)["model.safetensors"].keys()
+
+
+def test_the_finiteness_check_sums_first_and_checks_values_where_the_sum_is_not_finite():
+    """Huge finite weights whose sum overflows are accepted; NaN, +inf and -inf are refused, naming the tensor."""
+    layer = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        layer.weight.fill_(3e38)
+    assert not torch.isfinite(layer.weight.sum())
+    check_finite_weights(layer, "huge")
+    for value in (float("nan"), float("inf"), -float("inf")):
+        with torch.no_grad():
+            layer.bias[1] = value
+        with pytest.raises(ConversionError, match="tensor 'bias' holds NaN or infinite values"):
+            check_finite_weights(layer, "broken")
