@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks import conversion, norm_layers, whole_models
+from benchmarks import conversion, large_checkpoints, norm_layers, whole_models
 
 
 def test_norm_layer_benchmark_runs(capsys):
@@ -40,6 +40,15 @@ def test_conversion_benchmark_runs(capsys):
     for job in ("load+save", "convert sepnorm", "convert dtn", "convert lape"):
         assert f"| tiny ViT: {job} |" in printed
     assert "| 1.00x | " in printed.split("| tiny ViT: load+save |")[1].splitlines()[0]
+
+
+@pytest.mark.slow
+def test_large_checkpoint_benchmark_runs(capsys):
+    large_checkpoints.main(["--smoke", "--norm-types", "sepnorm"])
+    printed = capsys.readouterr().out
+    assert "in 3 files" in printed
+    assert printed.split("| load+save |")[1].splitlines()[0].endswith("| 1 |")  # transformers writes one file
+    assert printed.split("| convert sepnorm |")[1].splitlines()[0].endswith("| 3 |")  # like the source
 
 
 def test_whole_model_benchmark_has_the_folded_and_floor_rows(capsys):

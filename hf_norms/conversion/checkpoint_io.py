@@ -163,19 +163,12 @@ def check_weights(folder: Path, allow_pickle: bool) -> tuple[bool, dict[str, tup
     Safetensors files (single or sharded) are checked for a complete header and data section; an index may name only
     files inside the folder. A folder with only `pytorch_model.bin` weights is refused unless `allow_pickle`.
     """
-    index = folder / SAFETENSORS_INDEX
-    if index.is_file():
-        weight_map = read_json_object(index, "re-download the checkpoint").get("weight_map")
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise ConversionError(f"{index} has no weight_map of file names; re-download the checkpoint.")
+    files = safetensors_files(folder)
+    if files:
         shapes: dict[str, tuple[int, ...] | None] = {}
-        for shard in sorted(set(weight_map.values())):
-            if Path(shard).name != shard or shard in (".", ".."):
-                raise ConversionError(f"{index} names the file {shard!r} outside the checkpoint folder; refused.")
-            shapes |= safetensors_shapes(folder / shard)
+        for path in files:
+            shapes |= safetensors_shapes(path)
         return False, shapes
-    if (folder / SAFETENSORS_FILE).is_file():
-        return False, safetensors_shapes(folder / SAFETENSORS_FILE)
     pickles = [name for name in PICKLE_FILES if (folder / name).is_file()]
     if not pickles:
         raise ConversionError(f"{folder} holds no model weights (model.safetensors or pytorch_model.bin).")
@@ -185,6 +178,21 @@ def check_weights(folder: Path, allow_pickle: bool) -> tuple[bool, dict[str, tup
             "to safetensors, or pass --allow-pickle (allow_pickle=True) if you trust its origin."
         )
     return True, dict.fromkeys(_pickle_keys(folder / pickles[0]))
+
+
+def safetensors_files(folder: Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder, in order: the shards its index names (sorted by name), else
+    `model.safetensors`, else none. An index may name only files inside the folder."""
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        weight_map = read_json_object(index, "re-download the checkpoint").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ConversionError(f"{index} has no weight_map of file names; re-download the checkpoint.")
+        for shard in set(weight_map.values()):
+            if Path(shard).name != shard or shard in (".", ".."):
+                raise ConversionError(f"{index} names the file {shard!r} outside the checkpoint folder; refused.")
+        return [folder / shard for shard in sorted(set(weight_map.values()))]
+    return [folder / SAFETENSORS_FILE] if (folder / SAFETENSORS_FILE).is_file() else []
 
 
 def _pickle_keys(path: Path) -> set[str]:
@@ -199,8 +207,24 @@ def _pickle_keys(path: Path) -> set[str]:
         raise ConversionError(f"{path} cannot be read as a PyTorch state dict ({error}); re-download it.") from None
 
 
+@dataclass(frozen=True)
+class StoredTensor:
+    """Where a tensor lies in a safetensors file: its dtype (`"F32"`, ...), shape, and byte range in the file."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+
 def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """`{tensor name: shape}` of a safetensors file, after checking that its header parses and its data is all there.
+    """`{tensor name: shape}` of a safetensors file, checked as `safetensors_layout` checks it."""
+    return {name: stored.shape for name, stored in safetensors_layout(path).items()}
+
+
+def safetensors_layout(path: Path) -> dict[str, StoredTensor]:
+    """`{tensor name: StoredTensor}` of a safetensors file, after checking that its header parses and its data is all
+    there.
 
     Layout: 8-byte little-endian header length N, N bytes of JSON `{name: {dtype, shape, data_offsets}}` (and an
     optional `__metadata__` object of strings), then the data. Each entry must have a known dtype, a shape of
@@ -229,10 +253,11 @@ def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     metadata = header.get("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ConversionError(f"{path}: its __metadata__ is not an object of strings; the file is corrupt.")
-    ranges, shapes = [], {}
+    ranges, layout = [], {}
     for name, info in header.items():
         if name != "__metadata__":
-            shapes[name], start, stop = _header_entry(path, name, info)
+            shape, start, stop = _header_entry(path, name, info)
+            layout[name] = StoredTensor(info["dtype"], shape, 8 + header_size + start, 8 + header_size + stop)
             ranges.append((start, stop, name))
     end = 0
     for start, stop, name in sorted(ranges):
@@ -247,7 +272,7 @@ def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
             f"{path} is truncated or corrupt: its header describes {end} bytes of tensor data, the file holds "
             f"{size - 8 - header_size}; re-download it."
         )
-    return shapes
+    return layout
 
 
 def _header_entry(path: Path, name: str, info) -> tuple[tuple[int, ...], int, int]:

@@ -16,7 +16,8 @@
 `convert_model` converts a model object and leaves it as it was. `convert` reads a checkpoint folder or Hub id (only
 reading it) and writes a normal checkpoint (config, safetensors weights, tokenizer or image processor, remote code, a
 sentence-transformers source's pipeline files, `conversion_report.{json,md,png}`) to a staging folder that moves into
-place when complete.
+place when complete. An exact, unfolded conversion of a safetensors checkpoint holds no copy of the weights and writes
+them in files like the source's (`sharded`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import copy
 import dataclasses
 import os
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from ..models.norms import NORM_TYPES, function_preserving_options
 from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
-from .checkpoint_io import ConversionError, resolve_source
+from .checkpoint_io import SAFETENSORS_INDEX, ConversionError, resolve_source
 from .data import (
     Examples,
     encode_batches,
@@ -55,6 +57,7 @@ from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
 from .report import write_report
+from .sharded import MappedWeights, drop_pages_after_reading, pages_dropped_after_use, save_like_source
 from .sources import (
     SourceModel,
     copy_sentence_transformers_files,
@@ -163,10 +166,13 @@ def data_places(**sources: Any) -> dict[str, Path | None]:
 
 
 def check_finite_weights(model: nn.Module, source: str) -> None:
-    """Refuse a source whose weights hold NaN or infinity, naming the first such tensor."""
+    """Refuse a source whose weights hold NaN or infinity, naming the first such tensor. A tensor's sum is finite when
+    all its values are (NaN and infinity propagate), and summing is 10x faster than testing every value; only a
+    non-finite sum, which huge finite values could also give, is checked value by value."""
     for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        if tensor.is_floating_point() and not torch.isfinite(tensor.sum()) and not torch.isfinite(tensor).all():
             raise ConversionError(f"{source}: tensor {name!r} holds NaN or infinite values; the checkpoint is broken.")
+        drop_pages_after_reading(tensor)
 
 
 def convert_model(
@@ -188,6 +194,7 @@ def convert_model(
     ood_evaluation_samples: int = 64,
     probe_data: Any = None,
     probe_samples: int = 256,
+    share_weights: bool = False,
     **options: Any,
 ) -> nn.Module:
     """`model` (a LayerNorm ViT, DeiT or BERT of any head: a stock transformers class, or an hf-norms class with
@@ -205,6 +212,10 @@ def convert_model(
     keeps it in the fewest last layers that reach that mean cosine on the calibration data (`layer_choice`). Every
     stage is also measured on `ood_evaluation_data` (`"packaged"`: Python documentation paragraphs / scikit-learn
     digits) and by a linear probe on `probe_data` (`"packaged"`: BBC News topics / Fashion-MNIST), see `downstream`.
+
+    `share_weights=True` (exact conversions without `fold` only) gives the converted model `model`'s tensors instead
+    of copies: half the memory, but the two models are then tied, so training one edits the other. `convert` uses it,
+    since the model it converts is its own.
     """
     require_type("model", model, nn.Module, "a transformers model object (to convert a folder, use hf_norms.convert)")
     require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
@@ -217,6 +228,8 @@ def convert_model(
     source = describe_model(model)
     if fold and source.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
+    if share_weights and (fold or not exact):
+        raise ConversionError("share_weights=True needs an exact conversion without fold: those edit the weights.")
     check_finite_weights(model, source.architecture)
     teacher = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
     training = teacher.training
@@ -226,7 +239,7 @@ def convert_model(
     check_out_of_domain(ood_evaluation_data, calibration_data=calibration_data, evaluation_data=evaluation_data)
     data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
                                             probe_data, probe_samples, batch_size, max_length)  # fmt: skip
-    student = build_student(teacher, source, norm_type, merged)
+    student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
         stages, calibration_report = measure_stages(student, teacher, data, norm_names, norm_type, exact, progress)
@@ -289,9 +302,12 @@ def own_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().clone() for name, tensor in state_dict.items()}
 
 
-def build_student(teacher: nn.Module, source: SourceModel, norm_type: str, options: dict[str, Any]) -> nn.Module:
-    """The teacher's weights in the hf-norms class with `norm_type`; only the parameters the norm adds may be missing
-    (they get their documented initial values, e.g. SepNorm's prefix norm a copy of the loaded LayerNorm)."""
+def build_student(
+    teacher: nn.Module, source: SourceModel, norm_type: str, options: dict[str, Any], share_weights: bool = False
+) -> nn.Module:
+    """The teacher's weights in the hf-norms class with `norm_type`, copied (or, with `share_weights`, its very
+    tensors); only the parameters the norm adds may be missing (they get their documented initial values, e.g.
+    SepNorm's prefix norm a copy of the loaded LayerNorm)."""
     model_class = MODEL_CLASSES[source.norm_architecture]
     try:
         config = model_class.config_class.from_dict(
@@ -306,7 +322,7 @@ def build_student(teacher: nn.Module, source: SourceModel, norm_type: str, optio
         student, info = model_class.from_pretrained(
             None,
             config=config,
-            state_dict=own_copy(teacher.state_dict()),
+            state_dict=teacher.state_dict() if share_weights else own_copy(teacher.state_dict()),
             output_loading_info=True,
             **source.pooler_option,
         )
@@ -352,6 +368,10 @@ def convert(
     there for `options` and the data), loaded on `device` (`devices.resolve_device`: `"auto"` is a CUDA GPU when
     there is one, else the CPU). `output` is checked before any work (`output_folders`); the source, the data and the
     working directory are never written. Returns the report that is also written beside the checkpoint.
+
+    An exact conversion without `fold` of a safetensors checkpoint maps the source's files instead of loading them,
+    lets the converted model share their tensors, drops each module's pages once used, and writes the weights in files
+    like the source's (`sharded`): its peak memory is about the libraries' plus a layer's, not twice the checkpoint.
     """
     require_type("source", source, (str, os.PathLike), "a checkpoint folder or a Hub id")
     require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
@@ -370,19 +390,25 @@ def convert(
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    teacher = load_teacher(checkpoint, source_model).to(target)
-    student = convert_model(
-        teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
-        calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
-        batch_size=batch_size, fold=fold, keep_layernorm=keep_layernorm, target_cosine=target_cosine,
-        progress=progress, ood_evaluation_data=ood_evaluation_data, ood_evaluation_samples=ood_evaluation_samples,
-        probe_data=probe_data, probe_samples=probe_samples, **dict(options or {}),
-    )  # fmt: skip
+    mapped = norm_options(norm_type, options)[1] and not fold and not checkpoint.uses_pickle and target.type == "cpu"
+    weights = MappedWeights(checkpoint.path) if mapped else None
+    teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
+    with pages_dropped_after_use(weights) if weights else nullcontext():
+        student = convert_model(
+            teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
+            calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
+            batch_size=batch_size, fold=fold, keep_layernorm=keep_layernorm, target_cosine=target_cosine,
+            progress=progress, ood_evaluation_data=ood_evaluation_data, ood_evaluation_samples=ood_evaluation_samples,
+            probe_data=probe_data, probe_samples=probe_samples, share_weights=mapped, **dict(options or {}),
+        )  # fmt: skip
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
     report["source_revision"] = checkpoint.revision
     with planned.staged("convert") as staging:
-        save_checkpoint(student, processor, staging.path)
+        if weights:
+            save_like_source(student, processor, staging.path, weights)
+        else:
+            save_checkpoint(student, processor, staging.path)
         copy_sentence_transformers_files(checkpoint.path, staging.path)
         write_report(staging.path, report)
     return report
@@ -503,7 +529,11 @@ def fold_and_check(model: nn.Module, batches: list[dict]) -> dict[str, Any]:
 
 
 def save_checkpoint(model: nn.Module, processor, folder: Path) -> None:
-    """Weights (safetensors), config with the full auto_map, remote code files, and the tokenizer/image processor."""
+    """Weights (safetensors), config with the full auto_map, remote code files, and the tokenizer/image processor.
+
+    Saved over a copy of a sharded checkpoint (`heal`), the copy's shards go (`save_pretrained` removes them) and so
+    does their index, which it would leave naming files that no longer exist."""
+    (folder / SAFETENSORS_INDEX).unlink(missing_ok=True)
     with quiet_transformers():
         model.save_pretrained(folder)
         if processor is not None:

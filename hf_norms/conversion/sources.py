@@ -125,18 +125,27 @@ def quiet_transformers():
             transformers.logging.enable_progress_bar()
 
 
-def load_teacher(checkpoint: SourceCheckpoint, source: SourceModel) -> nn.Module:
+def load_teacher(
+    checkpoint: SourceCheckpoint, source: SourceModel, state_dict: dict[str, torch.Tensor] | None = None
+) -> nn.Module:
     """The source model as it is (stock transformers class, or an hf-norms class with norm_type layernorm), in eval;
-    its config is first checked to fit the stored weights (`check_model_fits`), so nothing oversized is allocated."""
+    its config is first checked to fit the stored weights (`check_model_fits`), so nothing oversized is allocated.
+    With `state_dict` (the checkpoint's tensors as stored, `sharded.MappedWeights`), the model takes those tensors
+    (renamed as from the files) instead of reading the files."""
     model_class = MODEL_CLASSES.get(source.architecture) or getattr(transformers, source.architecture)
     with quiet_transformers():
         config = model_class.config_class.from_pretrained(checkpoint.path)
     check_model_fits(model_class, config, checkpoint.weight_shapes, str(checkpoint.path / "config.json"))
     torch.manual_seed(0)
     with quiet_transformers():
-        model = model_class.from_pretrained(
-            checkpoint.path, dtype=torch.float32, use_safetensors=not checkpoint.uses_pickle, **source.pooler_option
-        )
+        if state_dict is not None:
+            model = model_class.from_pretrained(
+                None, config=config, state_dict=state_dict, dtype=torch.float32, **source.pooler_option
+            )
+        else:
+            model = model_class.from_pretrained(
+                checkpoint.path, dtype=torch.float32, use_safetensors=not checkpoint.uses_pickle, **source.pooler_option
+            )
     return model.eval()
 
 

@@ -371,7 +371,7 @@ def test_identical_outputs_show_cosine_one(tmp_path):
     card = model_card_for_folder(folder, "org/bert-dtn")
     assert eval_values(card) == {"cosine_similarity": 1.0, "max_abs_diff": 0.0, "top1_agreement": 1.0,
                                  "kl_divergence": 0.0}  # fmt: skip
-    assert "| exact | 0 | 1.0000 | 1.000 | 0 |" in str(card) and "0.99999" not in str(card)
+    assert "| exact | 0 | 1.0000 | — | — | — | 1.000 | 0 |" in str(card) and "0.99999" not in str(card)
     assert "| exact | 1.0000 | 1.0000 |" in str(card)
     close = {"max_abs_diff": 3e-7, "mean_cosine": 0.9999999, "top1_agreement": None, "kl_divergence": None}
     folder = tiny_folder_with_report(tmp_path / "close", {"stages": {"exact": {"end_to_end": close}}})
