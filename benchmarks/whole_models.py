@@ -1,10 +1,13 @@
 """Whole models per norm_type, as ratios to the `layernorm` model in the same run: a ViT-S/16-sized ViT at batch 8
-(224 px) and the real MiniLM BERT at batch 16 x 128 tokens; eager and `torch.compile`, inference and a training step.
+(224 px), the real MiniLM BERT at batch 16 x 128 tokens and the real DINOv2-S/14 at batch 8 (224 px: a 16x16 grid);
+eager and `torch.compile`, inference and a training step. DTN runs with the paper's gates at 0.5 everywhere: loaded
+from a LayerNorm checkpoint its gates would start at 1, where eager inference returns LayerNorm's output.
 
     python -m benchmarks.whole_models                     # everything (compiling takes minutes on 2 cores)
     python -m benchmarks.whole_models --no-compile        # eager only
     python -m benchmarks.whole_models --modes inference --executions compiled   # one kind of table
     python -m benchmarks.whole_models --norm-types dtn    # only DTN against layernorm (always included)
+    python -m benchmarks.whole_models --families dinov2   # one model family
     python -m benchmarks.whole_models --smoke             # tiny sizes, few rounds (run by the test suite)
 
 Every table has `layernorm (control)`, a second copy of the baseline model (its ratio is the run's noise: candidates
@@ -33,19 +36,22 @@ NORM_VARIANTS = {
     "layernorm": {},
     "dyt": {},
     "derf": {},
-    "dtn": {},
+    "dtn": {"dtn_gate_init": 0.5},
     "sepnorm": {"sepnorm_prefix_norm": "batchnorm"},
     "lape": {},
 }
 
 
-def vit_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
+def vit_models(
+    smoke: bool, norm_types: Sequence[str] = tuple(NORM_VARIANTS)
+) -> tuple[dict[str, torch.nn.Module], dict]:
     size = dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, image_size=224)
     if smoke:
         size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32)
     batch = 2 if smoke else 8
     models = {}
-    for norm_type, options in NORM_VARIANTS.items():
+    for norm_type in norm_types:
+        options = NORM_VARIANTS[norm_type]
         torch.manual_seed(0)
         config = hf_norms.ViTNormConfig(norm_type=norm_type, patch_size=16, num_labels=10, **size, **options)
         models[norm_type] = hf_norms.ViTNormForImageClassification(config)
@@ -56,14 +62,17 @@ def vit_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
     return models, inputs
 
 
-def bert_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
+def bert_models(
+    smoke: bool, norm_types: Sequence[str] = tuple(NORM_VARIANTS)
+) -> tuple[dict[str, torch.nn.Module], dict]:
     batch, length = (2, 16) if smoke else (16, 128)
     tokenizer = AutoTokenizer.from_pretrained(packaged.minilm_path())
     texts = [text for text, _ in packaged.bbc_news()[:batch]]
     inputs = dict(tokenizer(texts, padding="max_length", truncation=True, max_length=length, return_tensors="pt"))
     inputs["labels"] = torch.arange(batch) % 5
     models = {}
-    for norm_type, options in NORM_VARIANTS.items():
+    for norm_type in norm_types:
+        options = NORM_VARIANTS[norm_type]
         if smoke:
             config = hf_norms.BertNormConfig(
                 norm_type=norm_type,
@@ -79,6 +88,30 @@ def bert_models(smoke: bool) -> tuple[dict[str, torch.nn.Module], dict]:
             models[norm_type] = hf_norms.BertNormForSequenceClassification.from_pretrained(
                 packaged.minilm_path(), norm_type=norm_type, num_labels=5, **options
             )
+    return models, inputs
+
+
+def dinov2_models(
+    smoke: bool, norm_types: Sequence[str] = tuple(NORM_VARIANTS)
+) -> tuple[dict[str, torch.nn.Module], dict]:
+    """The real DINOv2-S/14 (`packaged.dinov2_small_path()`, its norms replaced) with a 10-class head, or a tiny
+    random DINOv2 for the smoke run."""
+    batch, image_size = (2, 28) if smoke else (8, 224)
+    models = {}
+    for norm_type in norm_types:
+        options = NORM_VARIANTS[norm_type]
+        torch.manual_seed(0)
+        if smoke:
+            config = hf_norms.Dinov2NormConfig(
+                norm_type=norm_type, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                image_size=image_size, patch_size=14, num_labels=10, **options,
+            )  # fmt: skip
+            models[norm_type] = hf_norms.Dinov2NormForImageClassification(config)
+        else:
+            models[norm_type] = hf_norms.Dinov2NormForImageClassification.from_pretrained(
+                packaged.dinov2_small_path(), norm_type=norm_type, num_labels=10, **options
+            )
+    inputs = {"pixel_values": torch.randn(batch, 3, image_size, image_size), "labels": torch.arange(batch) % 10}
     return models, inputs
 
 
@@ -155,7 +188,8 @@ def section(title: str, models: dict, inputs: dict, make: Callable, compile_mode
     return f"\n{title}\n\n" + markdown_table(TIMING_HEADER, ratio_rows(timings, "layernorm"))
 
 
-FAMILIES = {"vit": ("ViT", vit_models), "bert": ("BERT", bert_models)}
+FAMILIES = {"vit": ("ViT", vit_models), "bert": ("BERT", bert_models), "dinov2": ("DINOv2", dinov2_models)}
+KINDS = {"ViT": "ViT-S/16 size", "BERT": "real MiniLM", "DINOv2": "real DINOv2-S/14"}
 MODES = {"inference": ("inference", inference), "training": ("training step (AdamW)", training_step)}
 EXECUTIONS = {"eager": False, "compiled": True}
 
@@ -171,16 +205,15 @@ def run(
     out = [f"Whole models, {torch.get_num_threads()} threads, fp32."]
     for family_key in families:
         family, build = FAMILIES[family_key]
-        models, inputs = build(smoke)
-        models = {name: model for name, model in models.items() if name in {"layernorm", *norm_types}}
+        models, inputs = build(smoke, [name for name in NORM_VARIANTS if name in {"layernorm", *norm_types}])
         shape = "x".join(str(size) for size in next(iter(inputs.values())).shape)
-        kind = "tiny" if smoke else "ViT-S/16 size" if family == "ViT" else "real MiniLM"
+        kind = "tiny" if smoke else KINDS[family]
         family = f"{family} ({kind}), input {shape}"
         for mode_key in modes:
             mode, make = MODES[mode_key]
             for execution in executions:
                 compiled = EXECUTIONS[execution]
-                if compiled and smoke and (mode_key == "training" or family_key == "bert"):
+                if compiled and smoke and (mode_key == "training" or family_key != "vit"):
                     continue  # the smoke run compiles one section only, to keep the test suite short
                 title = f"{family}: {mode}, {'torch.compile' if compiled else 'eager'}"
                 out.append(section(title, models, inputs, make, compiled, rounds))

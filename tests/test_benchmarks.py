@@ -28,7 +28,7 @@ def test_norm_layer_benchmark_runs(capsys):
 def test_whole_model_benchmark_runs_eager_and_compiled(capsys):
     whole_models.main(["--smoke"])
     printed = capsys.readouterr().out
-    assert printed.count("torch.compile") == 1 and printed.count("eager") == 4
+    assert printed.count("torch.compile") == 1 and printed.count("eager") == 6
     for norm_type in whole_models.NORM_VARIANTS:
         assert f"| {norm_type} |" in printed
 

@@ -42,19 +42,46 @@ def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
 
 
 def axis_mixing(
-    length: int, linear: torch.Tensor, quadratic: torch.Tensor, source_mask: torch.Tensor | None
+    offsets: torch.Tensor, linear: torch.Tensor, quadratic: torch.Tensor, source_mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """Per-head softmax over source positions j of `linear_h * d + quadratic_h * d^2`, `d = j - i`, along one axis.
+    """Per-head softmax over source positions j of `linear_h * d + quadratic_h * d^2` along one axis, for the offsets
+    `d = j - i` (`[length(i), length(j)]`, from `axis_offsets`).
 
-    `linear`, `quadratic`: `[H]`; `source_mask`: `[B, length]` (False: padding, never a source). Returns
-    `[H, length(i), length(j)]`, or `[B, H, length, length]` with a mask; rows sum to 1.
+    `linear`, `quadratic`: `[H, 1, 1]`; `source_mask`: `[B, length]` (False: padding, never a source). Returns
+    `[H, length, length]`, or `[B, H, length, length]` with a mask; rows sum to 1.
     """
-    positions = torch.arange(length, device=linear.device, dtype=linear.dtype)
-    offsets = positions[None, :] - positions[:, None]
-    logits = linear[:, None, None] * offsets + quadratic[:, None, None] * offsets * offsets
+    logits = (linear + quadratic * offsets) * offsets
     if source_mask is not None:
-        logits = logits.unsqueeze(0).masked_fill(~source_mask[:, None, None, :], torch.finfo(logits.dtype).min)
+        logits = logits.masked_fill(~source_mask[:, None, None, :], torch.finfo(logits.dtype).min)
     return logits.softmax(dim=-1)
+
+
+def axis_offsets(length: int, like: torch.Tensor) -> torch.Tensor:
+    """`d = j - i` for positions `i, j < length` along one axis: `[length, length]`, dtype and device of `like`."""
+    positions = torch.arange(length, device=like.device, dtype=like.dtype)
+    return positions[None, :] - positions[:, None]
+
+
+def mixing_matrices(
+    position_weight: torch.Tensor, grid_size: tuple[int, int], source_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`P_h` as `(P_cols, P_rows)`: the `[H, cols, cols]` (`[B, H, cols, cols]` with `source_mask`) and `[H, rows,
+    rows]` (None for one row) softmaxes whose product is the softmax over the grid, `P_h = P_rows (x) P_cols`, built
+    once per call from `pos_proj.weight` `[H, 3]` and shared by the mean and the variance.
+
+    The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
+    `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so mixing along
+    columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel.
+    """
+    rows, cols = grid_size
+    coefficients = position_weight.view(-1, 3, 1)
+    d_x, d_y, square = coefficients[:, 0:1], coefficients[:, 1:2], coefficients[:, 2:3]  # [H, 1, 1] each
+    column_offsets = axis_offsets(cols, position_weight)
+    columns = axis_mixing(column_offsets, d_x, square, source_mask)
+    if rows == 1:
+        return columns, None
+    row_offsets = column_offsets if rows == cols else axis_offsets(rows, position_weight)
+    return columns, axis_mixing(row_offsets, d_y, square, None)
 
 
 class PositionProjection(nn.Module):
@@ -75,63 +102,86 @@ class PositionProjection(nn.Module):
         return f"in_features=3, out_features={self.weight.shape[0]}"
 
 
-def mix_values(values: torch.Tensor, column_mixing: torch.Tensor, row_mixing: torch.Tensor | None) -> torch.Tensor:
-    """`P_h @ values` for `values` `[B, rows, cols, H, K]`, with `P_h = P_rows (x) P_cols` (`axis_mixing`); returns the
-    same shape (a permuted view).
+def mix_values(values: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """`P_h @ values` for `values` `[H, cols, B, rows, K]`, with `P_h = P_rows (x) P_cols` (`mixing_matrices`); returns
+    `[B, rows, cols, H, K]` (a permuted view).
 
-    `column_mixing`: `[H, cols, cols]`, applied to all examples as one `[cols, cols] @ [cols, B * rows * K]` product per
-    head, or `[B, H, cols, cols]` with padding (one-row layouts: text), one matrix per example. `row_mixing`: `[H, rows,
-    rows]`, or None for one row.
+    `columns`: `[H, cols, cols]`, applied to all examples as one `[cols, cols] @ [cols, B * rows * K]` product per
+    head, or `[B, H, cols, cols]` with padding (one row: text), one `[cols, cols] @ [cols, K]` product per example and
+    head. `rows`: `[H, rows, rows]`, one `[rows, rows] @ [rows, cols * B * K]` product per head, or None for one row.
     """
-    rows, cols, heads, depth = values.shape[1:]
-    if column_mixing.dim() == 4:  # [B, H, cols, cols] @ [B, H, cols, K]
-        return (column_mixing @ values[:, 0].transpose(1, 2)).transpose(1, 2).unsqueeze(1)
-    columns = values.permute(3, 2, 0, 1, 4).reshape(heads, cols, -1)  # [H, cols, B * rows * K]
-    mixed = (column_mixing @ columns).view(heads, cols, -1, rows, depth)
-    if row_mixing is not None:
-        by_rows = mixed.permute(0, 3, 1, 2, 4).reshape(heads, rows, -1)  # [H, rows, cols * B * K]
-        mixed = (row_mixing @ by_rows).view(heads, rows, cols, -1, depth).permute(0, 2, 3, 1, 4)
-    return mixed.permute(2, 3, 1, 0, 4)
+    heads, cols, _, num_rows, depth = values.shape
+    if columns.dim() == 4:  # [B, H, cols, cols] @ [B, H, cols, K]
+        return (columns @ values[..., 0, :].permute(2, 0, 1, 3)).permute(0, 2, 1, 3).unsqueeze(1)
+    mixed = torch.bmm(columns, values.reshape(heads, cols, -1))  # [H, cols, B * rows * K]
+    if rows is None:
+        return mixed.view(heads, cols, -1, 1, depth).permute(2, 3, 1, 0, 4)
+    by_rows = mixed.view(heads, cols, -1, num_rows, depth).permute(0, 3, 1, 2, 4).reshape(heads, num_rows, -1)
+    return torch.bmm(rows, by_rows).view(heads, num_rows, cols, -1, depth).permute(3, 1, 2, 0, 4)
 
 
 def token_norm_formula(
     hidden_states: torch.Tensor,
-    num_prefix_tokens: int,
-    grid_size: tuple[int, int],
-    column_mixing: torch.Tensor,
-    row_mixing: torch.Tensor | None,
+    source_mask: torch.Tensor | None,
+    position_weight: torch.Tensor,
     mean_gate: torch.Tensor,
     var_gate: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor,
+    num_prefix_tokens: int,
+    grid_size: tuple[int, int],
     eps: float,
 ) -> torch.Tensor:
     """DTN's output `[B, N, C]` for `hidden_states` `[B, N, C]`, by the equations of `DynamicTokenNorm`, as plain
-    functional tensor code: what `torch.compile`, `torch.export`, the ONNX exporters, autocast and 16-bit weights run.
+    functional tensor code: what `torch.compile`, `torch.export`, the ONNX exporters, autocast and 16-bit weights run,
+    and the reference every other path is tested against. Written in few operations (each costs tracing and export
+    time): the mixing matrices once (`mixing_matrices`), `[x_h, x_h * x_h]` stacked in the layout of the column product
+    and mixed together (`mix_values`), and the gates as `a + l (b - a)`.
 
-    `mu_ln, var_ln` are computed for every token; prefix tokens are normalised with them (LayerNorm). The heads of the
-    grid tokens, `x_h` `[B, rows, cols, H, D]`, and their squares are mixed together by `mix_values` (the mixing
-    matrices as it takes them, in the dtype of `hidden_states`). The inter-token variance is clamped at 0 against
-    rounding. Shapes come from `grid_size` and the parameters, with -1 for the batch, so that every tracer keeps the
-    batch size (and the text length, through `grid_size`) dynamic.
+    `mu_ln, var_ln` are computed for every token; prefix tokens are normalised with them (LayerNorm). The inter-token
+    variance is clamped at 0 against rounding. Shapes come from `grid_size` and the parameters, with -1 for the batch,
+    so that every tracer keeps the batch size (and the text length, through `grid_size`) dynamic.
     """
     rows, cols = grid_size
     heads, hidden, p = mean_gate.shape[0], weight.shape[0], num_prefix_tokens
     mean_ln = hidden_states.mean(-1, keepdim=True)  # [B, N, 1]
-    var_ln = (hidden_states - mean_ln).square().mean(-1, keepdim=True)  # biased, as LayerNorm
-    prefix = (hidden_states[:, :p] - mean_ln[:, :p]) * torch.rsqrt(var_ln[:, :p] + eps)  # LayerNorm
+    centred = hidden_states - mean_ln
+    var_eps_ln = (centred * centred).mean(-1, keepdim=True) + eps  # biased, as LayerNorm
+    inv_std_ln = torch.rsqrt(var_eps_ln)
+    column_mixing, row_mixing = mixing_matrices(position_weight, grid_size, source_mask)
 
-    x_h = hidden_states[:, p:].reshape(-1, rows, cols, heads, hidden // heads)  # [B, rows, cols, H, D]
-    mean_ln = mean_ln[:, p:].reshape(-1, rows, cols, 1, 1)
-    var_ln = var_ln[:, p:].reshape(-1, rows, cols, 1, 1)
-    mixed = mix_values(torch.cat([x_h, x_h * x_h], dim=-1), column_mixing, row_mixing)
-    mean_inter, square_inter = mixed.chunk(2, dim=-1)  # P_h @ x_h, P_h @ (x_h * x_h)
-    var_inter = (square_inter - mean_inter.square()).clamp_min(0)
-    l_mu, l_var = mean_gate[:, None], var_gate[:, None]  # [H, 1]
-    mu = l_mu * mean_ln + (1 - l_mu) * mean_inter
-    var = l_var * var_ln + (1 - l_var) * var_inter
-    tokens = ((x_h - mu) * torch.rsqrt(var + eps)).reshape(-1, rows * cols, hidden)
+    x_h = hidden_states.narrow(1, p, rows * cols).view(-1, rows, cols, heads, hidden // heads)  # [B, rows, cols, H, D]
+    values = x_h.permute(3, 2, 0, 1, 4)  # [H, cols, B, rows, D]: the column product's layout
+    mixed = mix_values(torch.cat([values, values * values], dim=-1), column_mixing, row_mixing)
+    mean_inter, square_inter = mixed.split(
+        hidden // heads, dim=-1
+    )  # P_h @ x_h, P_h @ (x_h * x_h): [B, rows, cols, H, D]
+    var_eps_inter = (square_inter - mean_inter * mean_inter).clamp_min(0) + eps
+    per_token = (-1, rows, cols, 1, 1)
+    l_mu, l_var = mean_gate.view(heads, 1), var_gate.view(heads, 1)
+    mu = mean_inter + l_mu * (mean_ln.narrow(1, p, rows * cols).view(per_token) - mean_inter)
+    var_eps = var_eps_inter + l_var * (var_eps_ln.narrow(1, p, rows * cols).view(per_token) - var_eps_inter)
+    tokens = ((x_h - mu) * torch.rsqrt(var_eps)).reshape(-1, rows * cols, hidden)
+    prefix = centred.narrow(1, 0, p) * inv_std_ln.narrow(1, 0, p)
     return torch.cat([prefix, tokens], dim=1) * weight + bias
+
+
+def compiles_once() -> bool:
+    """Whether `torch.compile` (not export) traces an inference graph: there every DTN of a model reuses one traced and
+    compiled formula (`torch.compiler.nested_compile_region`, hierarchical compilation). Not with autograd: inductor
+    in torch 2.13 lets the backward of a reused region overwrite inputs that an earlier call saved (wrong gradients;
+    pytorch/pytorch#193960), and not in torch versions without nested regions."""
+    return (
+        torch.compiler.is_compiling()
+        and not torch.compiler.is_exporting()
+        and not torch.is_grad_enabled()
+        and hasattr(torch.compiler, "nested_compile_region")
+    )
+
+
+compiled_token_norm_formula = getattr(torch.compiler, "nested_compile_region", lambda function: function)(
+    token_norm_formula
+)
 
 
 class DynamicTokenNorm(nn.Module):
@@ -215,22 +265,6 @@ class DynamicTokenNorm(nn.Module):
         mask = layout.padding_mask[:, layout.num_prefix_tokens :].bool()
         return None if fast_path and bool(mask.all()) else mask
 
-    def mixing_matrices(
-        self, grid_size: tuple[int, int], source_mask: torch.Tensor | None, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`P_h` as `(P_cols, P_rows)`: the `[H, cols, cols]` (`[B, H, cols, cols]` with `source_mask`) and `[H, rows,
-        rows]` (None for one row) softmaxes whose product is the softmax over the grid, `P_h = P_rows (x) P_cols`.
-
-        The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
-        `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so mixing along
-        columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel.
-        """
-        rows, cols = grid_size
-        weight = self.pos_proj.weight.to(dtype)  # [H, 3]: coefficients of dx, dy, dx^2 + dy^2
-        column_mixing = axis_mixing(cols, weight[:, 0], weight[:, 2], source_mask)
-        row_mixing = axis_mixing(rows, weight[:, 1], weight[:, 2], None) if rows > 1 else None
-        return column_mixing, row_mixing
-
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """The formula of the class docstring for `hidden_states` `[B, N, C]`.
 
@@ -247,13 +281,17 @@ class DynamicTokenNorm(nn.Module):
             return self.fast_forward(hidden_states, layout, mean_gate, var_gate)
         out_dtype, dtype = result_dtype(hidden_states), compute_dtype(hidden_states)
         with autocast_off(hidden_states):
-            column_mixing, row_mixing = self.mixing_matrices(layout.grid_size, self.source_mask(layout, False), dtype)
-            parameters = (t.to(dtype) for t in (mean_gate, var_gate, self.weight, self.bias))
-            out = token_norm_formula(
-                hidden_states.to(dtype), layout.num_prefix_tokens, layout.grid_size, column_mixing, row_mixing,
-                *parameters, self.eps,
+            formula = compiled_token_norm_formula if compiles_once() else token_norm_formula
+            parameters = (
+                t if t.dtype == dtype else t.to(dtype)
+                for t in (self.pos_proj.weight, mean_gate, var_gate, self.weight, self.bias)
+            )
+            out = formula(
+                hidden_states if hidden_states.dtype == dtype else hidden_states.to(dtype),
+                self.source_mask(layout, False), *parameters,
+                layout.num_prefix_tokens, layout.grid_size, self.eps,
             )  # fmt: skip
-        return out.to(out_dtype)
+        return out if out.dtype == out_dtype else out.to(out_dtype)
 
     def fast_forward(
         self, hidden_states: torch.Tensor, layout: TokenLayout, mean_gate: torch.Tensor, var_gate: torch.Tensor
@@ -261,10 +299,12 @@ class DynamicTokenNorm(nn.Module):
         """`norm_dtn_fast.fast_token_norm`, with LayerNorm itself when the gates are exactly 1 without autograd."""
         if not torch.is_grad_enabled() and gates_are_one(mean_gate, var_gate):
             return F.layer_norm(hidden_states, hidden_states.shape[-1:], self.weight, self.bias, self.eps)
-        grid = TokenGrid(layout.num_prefix_tokens, layout.grid_size, self.num_heads, hidden_states.shape)
-        column_mixing, row_mixing = self.mixing_matrices(
-            layout.grid_size, self.source_mask(layout, True), hidden_states.dtype
+        source_mask = self.source_mask(layout, True)
+        grid = TokenGrid(
+            layout.num_prefix_tokens, layout.grid_size, self.num_heads, hidden_states.shape, source_mask is not None
         )
+        position_weight = self.pos_proj.weight.to(hidden_states.dtype)
+        column_mixing, row_mixing = mixing_matrices(position_weight, layout.grid_size, source_mask)
         return fast_token_norm(
             hidden_states, grid, column_mixing, row_mixing, mean_gate, var_gate, self.weight, self.bias, self.eps
         )

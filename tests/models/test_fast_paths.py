@@ -1,6 +1,9 @@
-"""Every fast path equals the reference formula it replaces: forward and gradients, fp32 and bf16; LaPE has no cache."""
+"""Every fast path equals the reference formula it replaces: forward and gradients, fp32 and bf16; LaPE has no cache; DTN
+against its plain formula."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -124,3 +127,72 @@ def test_lape_positions_follow_every_change_of_their_parameters(family, mode):
     fresh.load_state_dict(model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(fresh(**inputs).last_hidden_state, changed, rtol=0, atol=0)
+
+
+def dtn_pair(one_dimensional: bool) -> tuple[hf_norms.DynamicTokenNorm, hf_norms.DynamicTokenNorm]:
+    """A DTN with every parameter off its initial value (head 0's gates exactly 1, as after a conversion) and a copy
+    that runs the plain formula."""
+    torch.manual_seed(0)
+    fast = hf_norms.DynamicTokenNorm(64, 4, one_dimensional=one_dimensional)
+    with torch.no_grad():
+        fast.weight.uniform_(0.5, 1.5)
+        fast.bias.normal_()
+        fast.pos_proj.weight.add_(torch.randn_like(fast.pos_proj.weight) * 0.3)
+        fast.mean_gate.uniform_(0, 1)
+        fast.var_gate.uniform_(0, 1)
+        fast.mean_gate[0] = fast.var_gate[0] = 1
+    plain = copy.deepcopy(fast)
+    plain.fast_path = False
+    return fast, plain
+
+
+DTN_LAYOUTS = {
+    "image grid with [CLS]": (1, (5, 6), None),
+    "text": (0, (1, 11), None),
+    "padded text": (0, (1, 11), torch.tensor([[1] * 11, [1] * 7 + [0] * 4, [1] * 11])),
+}
+
+
+@pytest.mark.parametrize("layout_name", DTN_LAYOUTS)
+def test_dtn_fast_path_equals_the_plain_formula_forward_and_backward(layout_name):
+    """The eager fast path (in place without autograd, `TokenNormFunction` with) against `token_norm_formula`, which
+    every traced runtime runs, in float32 (activations of scale 3): outputs within 1e-5, every gradient within 1e-5 of
+    its largest value (gradients of the gates and `pos_proj` are sums over every element: both paths are 1e-6 to 3e-6
+    of it from float64)."""
+    prefix, grid, mask = DTN_LAYOUTS[layout_name]
+    layout = hf_norms.TokenLayout(prefix, grid, mask)
+    fast, plain = dtn_pair(one_dimensional=grid[0] == 1)
+    x = torch.randn(3, prefix + grid[0] * grid[1], 64) * 3 + 1
+    real = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask.bool()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x, layout)[real], plain(x, layout)[real], rtol=0, atol=1e-5)
+    upstream = torch.randn(x.shape) * real[..., None]
+    gradients = []
+    for layer in (fast, plain):
+        x_grad = x.clone().requires_grad_()
+        out = layer(x_grad, layout)
+        (out * upstream).sum().backward()
+        gradients.append({"out": out.detach()[real], "x": x_grad.grad})
+        gradients[-1].update({name: param.grad for name, param in layer.named_parameters() if param.grad is not None})
+    assert gradients[0].keys() == gradients[1].keys() >= {"x", "weight", "mean_gate", "var_gate", "pos_proj.weight"}
+    for name, value in gradients[0].items():
+        reference = gradients[1][name]
+        assert (value - reference).abs().max() <= 1e-5 * max(1.0, reference.abs().max().item()), name
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "plain-formula"])
+def test_dtn_follows_every_change_of_its_position_weights(fast_path):
+    """The mixing matrices are built anew at every call (nothing cached): an edit of `pos_proj.weight` through `.data`,
+    which no version counter sees, changes the next output as it changes a fresh layer's."""
+    layer, _ = dtn_pair(one_dimensional=False)
+    layer.fast_path = fast_path
+    layout = hf_norms.TokenLayout(1, (5, 6))
+    x = torch.randn(2, 31, 64)
+    with torch.no_grad():
+        first = layer(x, layout)
+        layer.pos_proj.weight.data.mul_(-0.5)
+        changed = layer(x, layout)
+    fresh = copy.deepcopy(layer)
+    with torch.no_grad():
+        assert not torch.equal(changed, first)
+        torch.testing.assert_close(fresh(x, layout), changed, rtol=0, atol=0)

@@ -186,11 +186,11 @@ def test_dtn_gates_at_one_still_learn_and_stay_in_range():
 
 
 def test_dtn_mixing_rows_sum_to_one_and_ignore_padding():
-    from hf_norms.models.norm_dtn import axis_mixing
+    from hf_norms.models.norm_dtn import mixing_matrices
 
     layer = random_dtn()
     mask = torch.tensor([[True] * 7 + [False] * 3])
-    mixing = axis_mixing(10, layer.pos_proj.weight[:, 0], layer.pos_proj.weight[:, 2], mask)
+    mixing, _ = mixing_matrices(layer.pos_proj.weight, (1, 10), mask)
     torch.testing.assert_close(mixing.sum(-1), torch.ones(1, 3, 10))
     assert mixing[..., 7:].abs().max() == 0
     with pytest.raises(ValueError, match="padding mask only for one-row layouts"):

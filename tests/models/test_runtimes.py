@@ -17,6 +17,7 @@ import functools
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import hf_norms
 from benchmarks import runtimes
@@ -108,3 +109,45 @@ def test_peft_lora_defaults_target_attention_and_all_linear_leaves_norm_internal
     assert wrapped and not any("pos_proj" in name for name in wrapped)
     saved_keys = {".".join(name.split(".")[-2:]) for name in dtn.model.state_dict()}
     assert {"pos_proj.weight", "pos_proj.bias"} <= saved_keys  # checkpoints keep their keys
+
+
+def traced_graphs(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]) -> list[torch.fx.GraphModule]:
+    """The graphs dynamo hands to the backend while the compiled `model` runs each batch without autograd."""
+    graphs = []
+
+    def backend(graph: torch.fx.GraphModule, example_inputs) -> object:
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model.eval(), backend=backend)
+    with torch.no_grad():
+        for inputs in batches:
+            torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits, rtol=0, atol=1e-5)
+    return graphs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_compiled_dtn_is_one_graph_traced_once_per_model_and_dynamic_in_the_batch(family):
+    """No graph breaks; every DTN of an inference graph calls one nested compile region (traced and compiled once, not
+    once per layer); new batch sizes (and text lengths, with padding) recompile once, to dynamic shapes, then never."""
+    torch.manual_seed(0)
+    config = tiny_config(family, "dtn", dtn_gate_init=0.5)
+    if family == "vit":
+        model = hf_norms.ViTNormForImageClassification(config)
+        batches = [{"pixel_values": torch.randn(batch, 3, config.image_size, config.image_size)} for batch in (2, 3, 5)]
+    else:
+        model = hf_norms.BertNormForSequenceClassification(config)
+        batches = []
+        for batch, length in ((2, 7), (3, 9), (5, 11)):
+            mask = torch.ones(batch, length, dtype=torch.long)
+            mask[-1, length // 2 :] = 0
+            batches.append({"input_ids": torch.randint(3, 100, (batch, length)), "attention_mask": mask})
+    graphs = traced_graphs(model, batches)
+    assert len(graphs) == 2  # the first shapes, then dynamic ones
+    norms = sum(isinstance(module, hf_norms.DynamicTokenNorm) for module in model.modules())
+    for graph in graphs:
+        calls = [node for node in graph.graph.nodes if node.target is torch.ops.higher_order.invoke_subgraph]
+        assert len(calls) == norms >= 3
+        assert len({node.args[0].target for node in calls}) == 1  # one traced formula for all of them
