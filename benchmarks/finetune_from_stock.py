@@ -81,7 +81,8 @@ def fine_tune(model: torch.nn.Module, tokenizer, train, test, epochs: float) -> 
     return accuracy, seconds
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.finetune_from_stock`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--norm-types", nargs="+", default=sorted(hf_norms.NORM_TYPES),
@@ -90,7 +91,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", help="also write the results as JSON to this file")
     parser.add_argument("--smoke", action="store_true", help="16 training and 16 test articles, a fraction of an epoch")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
