@@ -10,7 +10,7 @@
 
 Every run goes through `hf_norms.finetune.finetune`, i.e. the same path as `hf-norms finetune`, with fixed seeds.
 
-    python -m benchmarks.finetune_norm_types                      # the README table (about 20 min on 2 busy cores)
+    python -m benchmarks.finetune_norm_types                      # the docs/fine-tuning.md tables (about 20 min on 2 busy cores)
     python -m benchmarks.finetune_norm_types --families vit       # one family
     python -m benchmarks.finetune_norm_types --families bert --norm-types dyt dtn sepnorm lape --converted
     python -m benchmarks.finetune_norm_types --smoke              # a few steps on tiny data, to check it runs
