@@ -141,7 +141,8 @@ HEADER = [
 ]
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.conversion`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="a tiny ViT, one round, exact types only")
     parser.add_argument("--rounds", type=int, default=3)
@@ -151,7 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--calibration", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.source, args.output, args.calibration)))
         return

@@ -192,7 +192,8 @@ def print_tables(results: dict[str, Any]) -> None:
               f"healing {healing['steps']} steps in {healing['seconds']:.0f} s on {healing['samples']} examples")  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.dyt_conversion_fidelity`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["minilm", "dinov2"], choices=["minilm", "dinov2"])
     parser.add_argument("--work", type=Path, default=packaged.cache_root() / "dyt-fidelity")
@@ -213,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-test", type=int, default=400)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (1 is faster on a busy machine)")
     parser.add_argument("--smoke", action="store_true", help="tiny data and budgets")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.smoke:

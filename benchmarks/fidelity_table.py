@@ -93,7 +93,8 @@ def markdown_table(rows: list[dict[str, Any]], checks: dict[str, str]) -> str:
     return "\n".join([*lines, "", *(f"- {model}: {text}" for model, text in checks.items())])
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.fidelity_table`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--norm-types", nargs="+", choices=[n for n in NORM_TYPES if n != "layernorm"],
@@ -104,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-samples", type=int, default=128, help="probe training examples (half as many test)")
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--smoke", action="store_true", help="a handful of examples per set")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.calibration_samples, args.evaluation_samples, args.ood_samples, args.probe_samples = 8, 4, 4, 10
     torch.manual_seed(0)

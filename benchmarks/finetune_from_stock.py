@@ -244,7 +244,8 @@ def parse_overrides(items: list[str]) -> dict:
     return overrides
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.finetune_from_stock`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--norm-types", nargs="+", default=sorted(hf_norms.NORM_TYPES),
@@ -260,7 +261,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--record", action="store_true",
                         help="write each checkpoint folder's accuracy beside LayerNorm's into its conversion report")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="16 training and 16 test examples, a quarter of an epoch")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
     command = "python -m benchmarks.finetune_from_stock " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.summarize:
         results = [run for path in args.summarize for run in json.loads(Path(path).read_text())]

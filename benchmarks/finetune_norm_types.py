@@ -10,7 +10,7 @@
 
 Every run goes through `hf_norms.finetune.finetune`, i.e. the same path as `hf-norms finetune`, with fixed seeds.
 
-    python -m benchmarks.finetune_norm_types                      # the README table (about 20 min on 2 busy cores)
+    python -m benchmarks.finetune_norm_types                      # the docs/fine-tuning.md tables (about 20 min on 2 busy cores)
     python -m benchmarks.finetune_norm_types --families vit       # one family
     python -m benchmarks.finetune_norm_types --families bert --norm-types dyt dtn sepnorm lape --converted
     python -m benchmarks.finetune_norm_types --smoke              # a few steps on tiny data, to check it runs
@@ -172,7 +172,8 @@ def table(results: list[dict]) -> str:
     return markdown_table(HEADER, rows)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.finetune_norm_types`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", default=["vit", "deit", "bert"], choices=["vit", "deit", "bert"])
     parser.add_argument(
@@ -182,7 +183,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--output", help="also write the results as JSON to this file")
     parser.add_argument("--converted", action="store_true", help="BERT: start from hf_norms.convert of MiniLM")
     parser.add_argument("--smoke", action="store_true", help="2 steps on tiny data subsets")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()

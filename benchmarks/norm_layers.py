@@ -113,12 +113,17 @@ def run(batch: int, tokens_side: int, hidden: int, heads: int, rounds: int, comp
     return "\n".join(sections)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.norm_layers`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds, to check that it runs")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
     parser.add_argument("--rounds", type=int, default=30)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.smoke:
         print(run(batch=2, tokens_side=3, hidden=16, heads=2, rounds=2, compile_layers=False))
     else:

@@ -373,12 +373,17 @@ def table(cases: list[Case], checks: list[Callable]) -> str:
     return markdown_table(["runtime (max over families)", *norm_types, "tolerance"], rows)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.runtimes`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", nargs="+", choices=sorted(family_heads()))
     parser.add_argument("--norm-types", nargs="+", choices=sorted(hf_norms.NORM_TYPES))
     parser.add_argument("--checks", nargs="+", choices=[check.__name__ for check in CHECKS])
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     default = [check for check in CHECKS if check is not compiled]  # inductor: minutes per model, only when asked
     checks = default if args.checks is None else [check for check in CHECKS if check.__name__ in args.checks]
     cases = all_cases(args.families, args.norm_types)

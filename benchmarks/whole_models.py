@@ -221,7 +221,8 @@ def run(
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.whole_models`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds, to check that it runs")
     parser.add_argument("--no-compile", action="store_true", help="eager only (same as --executions eager)")
@@ -230,7 +231,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--executions", nargs="+", choices=list(EXECUTIONS), default=list(EXECUTIONS))
     parser.add_argument("--norm-types", nargs="+", choices=list(NORM_VARIANTS), default=list(NORM_VARIANTS))
     parser.add_argument("--rounds", type=int, default=10)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     executions = ["eager"] if args.no_compile else args.executions
     rounds = 2 if args.smoke else args.rounds
     print(run(args.smoke, rounds, args.families, args.modes, executions, args.norm_types))

@@ -1,8 +1,8 @@
 """Every family x norm_type in the runtimes users put models in, against eager float32: the fast paths against the
 plain formulas, bf16/fp16 autocast (a training step), bf16/fp16 weights, `torch.export` and the dynamo ONNX exporter
 run by onnxruntime (dynamic batch, and length for text), the TorchScript ONNX exporter, a peft LoRA round trip, and
-`torch.compile`. `benchmarks/runtimes.py` holds the cases, the checks and their tolerances, and prints the README's
-table on the whole grid (`python -m benchmarks.runtimes`, about 20 minutes on 2 cores).
+`torch.compile`. `benchmarks/runtimes.py` holds the cases, the checks and their tolerances, and prints the table of
+`docs/runtimes.md` on the whole grid (`python -m benchmarks.runtimes`, about 20 minutes on 2 cores).
 
 Families and norm types come from the code (`auto_registration.FAMILIES`, `hf_norms.NORM_TYPES`), so new ones join.
 The checks that take seconds run on the whole grid. Exporting takes 5-45 s per tiny model and compiling with inductor
