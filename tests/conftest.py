@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -332,6 +334,22 @@ def tiny_bert_dir(tmp_path_factory, minilm_dir) -> Path:
     folder = tmp_path_factory.mktemp("tiny-bert")
     BertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_sentence_transformer(tiny_bert_dir: Path, minilm_dir: Path, folder: Path,
+                              max_seq_length: int | None = None) -> Path:  # fmt: skip
+    """The tiny BERT with MiniLM's sentence-transformers files (pooling resized to 32, `max_seq_length` in
+    `sentence_bert_config.json` when given, else MiniLM's 256) and MiniLM's card."""
+    shutil.copytree(tiny_bert_dir, folder)
+    for name in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "README.md"):
+        shutil.copyfile(minilm_dir / name, folder / name)
+    if max_seq_length is not None:
+        config = json.loads((folder / "sentence_bert_config.json").read_text())
+        (folder / "sentence_bert_config.json").write_text(json.dumps({**config, "max_seq_length": max_seq_length}))
+    (folder / "1_Pooling").mkdir()
+    pooling = json.loads((minilm_dir / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "word_embedding_dimension": 32}))
     return folder
 
 

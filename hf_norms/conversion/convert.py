@@ -42,15 +42,7 @@ from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
 from .calibration import calibrate_elementwise, norms_in_forward_order
 from .checkpoint_io import SAFETENSORS_INDEX, ConversionError, resolve_source
-from .data import (
-    Examples,
-    encode_batches,
-    fitting_max_length,
-    load_examples,
-    model_device,
-    probe_examples,
-    run_model,
-)
+from .data import Examples, encode_batches, fitting_max_length, load_examples, model_device, probe_examples, run_model
 from .devices import resolve_device
 from .downstream import DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
@@ -65,6 +57,7 @@ from .sources import (
     inspect_source,
     load_processor,
     load_teacher,
+    own_max_length,
     quiet_transformers,
     sentence_transformers_files,
 )
@@ -211,7 +204,8 @@ def convert_model(
     `keep_layernorm` (`"4,5"`, `"4-5"`, `[-1]`) keeps the original LayerNorm in those encoder layers; `target_cosine`
     keeps it in the fewest last layers that reach that mean cosine on the calibration data (`layer_choice`). Every
     stage is also measured on `ood_evaluation_data` (`"packaged"`: Python documentation paragraphs / scikit-learn
-    digits) and by a linear probe on `probe_data` (`"packaged"`: BBC News topics / Fashion-MNIST), see `downstream`.
+    digits) and by a linear probe on `probe_data` (`"packaged"`: BBC News topics / Fashion-MNIST), and a text model on
+    its evaluation texts cut to a few words, see `downstream`.
 
     `share_weights=True` (exact conversions without `fold` only) gives the converted model `model`'s tensors instead
     of copies: half the memory, but the two models are then tied, so training one edits the other. `convert` uses it,
@@ -238,7 +232,7 @@ def convert_model(
     check_counts(ood_evaluation_samples=ood_evaluation_samples, probe_samples=probe_samples)
     check_out_of_domain(ood_evaluation_data, calibration_data=calibration_data, evaluation_data=evaluation_data)
     data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
-                                            probe_data, probe_samples, batch_size, max_length)  # fmt: skip
+                                            probe_data, probe_samples, batch_size, max_length, data.evaluation)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
@@ -346,7 +340,7 @@ def convert(
     calibration_samples: int = 64,
     evaluation_data: Any = None,
     evaluation_samples: int = 64,
-    max_length: int = 128,
+    max_length: int | None = None,
     batch_size: int = 16,
     fold: bool = False,
     keep_layernorm: str | Sequence[int] | None = None,
@@ -366,8 +360,10 @@ def convert(
 
     The conversion is `convert_model`'s, on the checkpoint's model with its own tokenizer or image processor (see
     there for `options` and the data), loaded on `device` (`devices.resolve_device`: `"auto"` is a CUDA GPU when
-    there is one, else the CPU). `output` is checked before any work (`output_folders`); the source, the data and the
-    working directory are never written. Returns the report that is also written beside the checkpoint.
+    there is one, else the CPU), with texts cut to `max_length` tokens (default: the length the source is used at,
+    `sources.own_max_length`: a sentence-transformers model's `max_seq_length`, else 128). `output` is checked before
+    any work (`output_folders`); the source, the data and the working directory are never written. Returns the report
+    that is also written beside the checkpoint.
 
     An exact conversion without `fold` of a safetensors checkpoint maps the source's files instead of loading them,
     lets the converted model share their tensors, drops each module's pages once used, and writes the weights in files
@@ -379,6 +375,7 @@ def convert(
     target = resolve_device(device)
     checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
     source_model = inspect_source(checkpoint)
+    max_length = own_max_length(checkpoint.path) if max_length is None else max_length
     norm_options(norm_type, options)  # refuse a wrong norm_type or option before anything is loaded
     if fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)

@@ -1,10 +1,14 @@
-"""Downstream proof of a conversion, beside the in-domain cosine: fidelity out of domain, and a linear probe's accuracy.
+"""Downstream proof of a conversion, beside the in-domain cosine: fidelity on short inputs and out of domain, and a
+linear probe's accuracy.
 
 Cosine to the original on the data a conversion was calibrated and evaluated on can hide two failures: a model that
 matches its original in domain and drifts away from it elsewhere (reported for LayerNorm-free GPT-2, arXiv 2507.02559),
 and features that stay close in cosine yet lose what a downstream head reads from them. `DownstreamChecks` measures,
 for every stage of a conversion (naive, calibrated, healed, exact):
 
+- `short_inputs` (text models): the end-to-end fidelity of `fidelity.measure_fidelity` on the evaluation texts cut to
+  their first 3 to 8 words (`short_texts`), as the queries of a few words that a text embedding model embeds beside
+  whole articles: a norm calibrated or healed on long texts can drift on sequences of a handful of tokens;
 - `out_of_domain`: the end-to-end fidelity of `fidelity.measure_fidelity` (max abs diff, mean cosine of the pooled final
   hidden states, top-1 agreement and KL for heads) on a second data set of another kind than the evaluation data:
   `packaged` is Python's documentation for text (`packaged.python_docs_paragraphs`) and scikit-learn's handwritten
@@ -43,6 +47,7 @@ PACKAGED_PROBE = {"text": "bbc_news", "image": "fashion_mnist"}
 PROBE_NAMES = {"bbc_news": "BBC News topics (5 classes)", "fashion_mnist": "Fashion-MNIST (10 classes)"}
 PROBE_L2 = 1.0  # ridge penalty per training example, on standardised features (the bias is not penalised)
 PROBE_METHOD = "ridge regression to one-hot labels on standardised pooled features (closed form, L2 = 1.0 x examples)"
+SHORT_WORDS = (3, 8)  # the words a short input keeps, cycling from the first to the last over the evaluation texts
 
 
 def packaged_key(data: Any) -> str | None:
@@ -65,6 +70,14 @@ def out_of_domain_examples(data: Any, modality: str, samples: int) -> Examples:
     raise ConversionError(
         f"No packaged {modality} data {key!r}: use {PACKAGED!r} or {PACKAGED}:{PACKAGED_OOD[modality]}."
     )
+
+
+def short_texts(evaluation: Examples) -> Examples:
+    """The evaluation texts cut to their first `3 + i % 6` words (`SHORT_WORDS`) for the i-th text (whitespace-split,
+    joined by single spaces; a text with fewer words is kept whole), in order: short inputs such as search queries."""
+    low, high = SHORT_WORDS
+    items = [" ".join(text.split()[: low + index % (high - low + 1)]) for index, text in enumerate(evaluation.items)]
+    return Examples(items, evaluation.description, "text")
 
 
 @dataclasses.dataclass
@@ -192,11 +205,13 @@ def probe_scores(teacher: tuple[torch.Tensor, torch.Tensor], student: tuple[torc
 
 @dataclasses.dataclass
 class DownstreamChecks:
-    """The out-of-domain examples and the probe data of one conversion, encoded, with the teacher's probe features
-    kept once computed (the teacher does not change between stages)."""
+    """The short inputs, the out-of-domain examples and the probe data of one conversion, encoded, with the teacher's
+    probe features kept once computed (the teacher does not change between stages)."""
 
     modality: str
     max_length: int
+    short_inputs: Examples | None = None
+    short_input_batches: list[dict] | None = None
     out_of_domain: Examples | None = None
     out_of_domain_batches: list[dict] | None = None
     probes: ProbeSet | None = None
@@ -205,11 +220,16 @@ class DownstreamChecks:
 
     @classmethod
     def load(cls, processor, modality: str, ood_data: Any = None, ood_samples: int = 64, probe_data: Any = None,
-             probe_samples: int = 256, batch_size: int = 16, max_length: int = 128) -> DownstreamChecks:  # fmt: skip
-        """Load and encode the data that is given (either may be None: that check is not made)."""
+             probe_samples: int = 256, batch_size: int = 16, max_length: int = 128,
+             evaluation: Examples | None = None) -> DownstreamChecks:  # fmt: skip
+        """Load and encode the data that is given (any may be None: that check is not made); short inputs are cut from
+        the `evaluation` texts of a text model with a tokenizer."""
         checks = cls(modality, max_length)
         if (ood_data is not None or probe_data is not None) and processor is None:
             raise ConversionError("Out-of-domain and probe data need the model's tokenizer or image processor.")
+        if modality == "text" and evaluation is not None and processor is not None:
+            checks.short_inputs = short_texts(evaluation)
+            checks.short_input_batches = encode_batches(processor, checks.short_inputs, batch_size, max_length)
         if ood_data is not None:
             checks.out_of_domain = out_of_domain_examples(ood_data, modality, ood_samples)
             checks.out_of_domain_batches = encode_batches(processor, checks.out_of_domain, batch_size, max_length)
@@ -221,14 +241,16 @@ class DownstreamChecks:
 
     @property
     def active(self) -> bool:
-        return self.out_of_domain is not None or self.probes is not None
+        return self.short_inputs is not None or self.out_of_domain is not None or self.probes is not None
 
     def records(self) -> dict[str, dict[str, Any] | None]:
-        """The report's top-level description of the data: `out_of_domain_evaluation` and `probe_evaluation` (None
-        where that check is not made)."""
-        ood = self.out_of_domain
-        probes = self.probes
+        """The report's top-level description of the data: `short_input_evaluation`, `out_of_domain_evaluation` and
+        `probe_evaluation` (None where that check is not made)."""
+        short, ood, probes = self.short_inputs, self.out_of_domain, self.probes
         return {
+            "short_input_evaluation": None if short is None else {
+                "data": short.description, "samples": len(short), "words": "-".join(map(str, SHORT_WORDS)),
+            },
             "out_of_domain_evaluation": None if ood is None else {
                 "data": ood.description, "name": dataset_name(ood.description), "samples": len(ood),
                 "max_length": self.max_length, "pooling": "mean" if self.modality == "text" else "cls",
@@ -248,8 +270,11 @@ class DownstreamChecks:
         return self._teacher
 
     def measure(self, student: nn.Module, teacher: nn.Module) -> dict[str, Any]:
-        """`{"out_of_domain": end-to-end fidelity, "probe": probe_scores}` of one stage, for the checks made."""
+        """`{"short_inputs": end-to-end fidelity, "out_of_domain": end-to-end fidelity, "probe": probe_scores}` of one
+        stage, for the checks made."""
         result: dict[str, Any] = {}
+        if self.short_input_batches is not None:
+            result["short_inputs"] = measure_fidelity(student, teacher, self.short_input_batches, [])["end_to_end"]
         if self.out_of_domain_batches is not None:
             result["out_of_domain"] = measure_fidelity(student, teacher, self.out_of_domain_batches, [])["end_to_end"]
         if self.probes is not None:
@@ -296,10 +321,10 @@ def check_out_of_domain(ood_data: Any, **in_domain: Any) -> None:
 
 
 def checks_for_report(report: dict[str, Any], processor, modality: str, ood_data: Any = None, probe_data: Any = None,
-                      batch_size: int = 16) -> DownstreamChecks:  # fmt: skip
-    """The checks a report's conversion made, for measuring a later stage (healing) the same way: its recorded
-    out-of-domain data and probe data (reloadable when packaged or a path), or `ood_data` / `probe_data` in their
-    place, with the recorded sample counts and `max_length`."""
+                      batch_size: int = 16, evaluation: Examples | None = None) -> DownstreamChecks:  # fmt: skip
+    """The checks a report's conversion made, for measuring a later stage (healing) the same way: short inputs cut
+    from the `evaluation` examples, its recorded out-of-domain data and probe data (reloadable when packaged or a
+    path), or `ood_data` / `probe_data` in their place, with the recorded sample counts and `max_length`."""
     ood, probe = report.get("out_of_domain_evaluation"), report.get("probe_evaluation")
     ood_source = ood_data if ood_data is not None else (ood or {}).get("data")
     probe_source = probe_data if probe_data is not None else (probe or {}).get("data")
@@ -312,5 +337,5 @@ def checks_for_report(report: dict[str, Any], processor, modality: str, ood_data
         raise ConversionError(f"The conversion's probe data {probe_source!r} cannot be reloaded: give probe_data.")
     return DownstreamChecks.load(
         processor, modality, ood_source, (ood or {}).get("samples", 64), probe_source,
-        (probe or {}).get("train_samples", 256), batch_size, report["evaluation"]["max_length"],
+        (probe or {}).get("train_samples", 256), batch_size, report["evaluation"]["max_length"], evaluation,
     )  # fmt: skip

@@ -348,9 +348,9 @@ def heal(
     folder), which is removed after success. `work_dir` is created by heal (a folder heal did not make is refused);
     the output, the work folder, the teacher and the data may not overlap, which is checked before training. Evaluation
     uses the report's evaluation examples when their source is a path, else `evaluation_data`; they are left out of
-    training when both come from the same source. The report's out-of-domain and
-    probe checks (`downstream`) are made again on the healed model, on their recorded data or on
-    `ood_evaluation_data` / `probe_data`; given without such a record, they are made on the healed model only.
+    training when both come from the same source. The report's checks (`downstream`) are made again on the healed
+    model: short inputs cut from the evaluation texts, out of domain and probe on their recorded data or on
+    `ood_evaluation_data` / `probe_data` (given without such a record, made on the healed model only).
     """
     require_type("folder", folder, (str, os.PathLike), "the folder `hf-norms convert` wrote")
     if data is None:
@@ -386,7 +386,8 @@ def heal(
     student = load_student(folder, report["architecture"])
     max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
                                                       for length in (max_length, report["evaluation"]["max_length"]))  # fmt: skip
-    checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size)
+    checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size,
+                               evaluation)  # fmt: skip
     teacher_model = load_teacher(source, source_model)
     train_examples = training_dataset(examples, processor, max_length, seed)
     resumed_from = resume_checkpoint(places.work, student) if resume else None

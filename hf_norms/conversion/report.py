@@ -84,7 +84,10 @@ def report_markdown(report: dict[str, Any]) -> str:
             + _float64_comparison(folding.get("max_abs_diff_to_float64"))
         )
     pooling = "mean over real tokens" if evaluation.get("pooling") == "mean" else "the [CLS] token"
-    lines.append(f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`; pooling: {pooling}")
+    length = f"; texts cut to {evaluation['max_length']} tokens" if evaluation.get("pooling") == "mean" else ""
+    lines.append(
+        f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`{length}; pooling: {pooling}"
+    )
     if report["family"] == "bert" and report["norm_type"] in STATISTICS_FREE:
         name = STATISTICS_FREE[report["norm_type"]]
         lines.append(f"- Note: BERT is post-LN; {name} was not tested on post-LN models by its authors (experimental).")
@@ -202,27 +205,37 @@ def layer_sweep_markdown(sweep: dict[str, Any] | None) -> list[str]:
 
 
 def downstream_markdown(report: dict[str, Any]) -> list[str]:
-    """Lines of the downstream tables (`downstream`): in-domain and out-of-domain fidelity side by side, and the linear
-    probe's accuracy, per stage; nothing for a check that was not made."""
+    """Lines of the downstream tables (`downstream`): in-domain fidelity beside the out-of-domain and short-input
+    fidelity, and the linear probe's accuracy, per stage; nothing for a check that was not made."""
     stages, lines = report["stages"], []
-    ood, probe = report.get("out_of_domain_evaluation"), report.get("probe_evaluation")
-    if ood:
+    short, ood = report.get("short_input_evaluation"), report.get("out_of_domain_evaluation")
+    probe = report.get("probe_evaluation")
+    checks = [(name, key) for name, key, record in (("out-of-domain", "out_of_domain", ood),
+                                                    ("short-input", "short_inputs", short)) if record]  # fmt: skip
+    if checks:
+        places = [place for place, record in (("out of domain", ood), ("on short inputs", short)) if record]
+        data = [f"out of domain: {ood['name']} (`{ood['data']}`, {ood['samples']} examples)"] if ood else []
+        if short:
+            data.append(f"short inputs: the first {short['words']} words of the {short['samples']} evaluation texts")
         lines += [
             "",
-            "## In domain and out of domain",
+            "## " + ", ".join(["In domain", *places[:-1]]) + f" and {places[-1]}",
             "",
-            f"In domain: `{report['evaluation']['data']}`; out of domain: {ood['name']} (`{ood['data']}`, "
-            f"{ood['samples']} examples). Mean cosine of the pooled final hidden states and max abs diff to the original.",
+            f"In domain: `{report['evaluation']['data']}`; {'; '.join(data)}. Mean cosine of the pooled final hidden "
+            "states and max abs diff to the original.",
             "",
-            "| stage | in-domain cosine | out-of-domain cosine | in-domain max abs diff | out-of-domain max abs diff |",
-            "|---|---|---|---|---|",
-        ]
+            "| stage | in-domain cosine | " + " | ".join(f"{name} cosine" for name, _ in checks)
+            + " | in-domain max abs diff | " + " | ".join(f"{name} max abs diff" for name, _ in checks) + " |",
+            "|---|---|" + "---|" * (2 * len(checks) + 1),
+        ]  # fmt: skip
         for stage, metrics in stages.items():
-            inside, outside = metrics["end_to_end"], metrics.get("out_of_domain") or {}
+            inside, others = metrics["end_to_end"], [metrics.get(key) or {} for _, key in checks]
             lines.append(
-                f"| {stage} | {_number(inside['mean_cosine'])} | {_number(outside.get('mean_cosine'))} | "
-                f"{_number(inside['max_abs_diff'])} | {_number(outside.get('max_abs_diff'))} |"
-            )
+                f"| {stage} | {_number(inside['mean_cosine'])} | "
+                + " | ".join(_number(other.get("mean_cosine")) for other in others)
+                + f" | {_number(inside['max_abs_diff'])} | "
+                + " | ".join(_number(other.get("max_abs_diff")) for other in others) + " |"
+            )  # fmt: skip
     if probe:
         lines += [
             "",

@@ -39,6 +39,7 @@ PROCESSOR_FILES = {
 }
 # The files a sentence-transformers model keeps beside its transformer (its modules' folders are named in modules.json)
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+DEFAULT_MAX_LENGTH = 128  # tokens per text where the source does not say at what length it is used
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,3 +188,21 @@ def copy_sentence_transformers_files(source: Path, target: Path) -> list[str]:
     copied = sentence_transformers_files(source)
     copy_checkpoint_files(source, target, copied)
     return copied
+
+
+def sentence_transformers_max_length(folder: Path) -> int | None:
+    """The `max_seq_length` a sentence-transformers model in `folder` runs at (`sentence_bert_config.json`), or None
+    where the folder is no such model or the file does not set it."""
+    config_file = folder / "sentence_bert_config.json"
+    if not (folder / "modules.json").is_file() or not config_file.is_file():
+        return None
+    length = read_json_object(config_file, "re-download the sentence-transformers files").get("max_seq_length")
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
+        raise ConversionError(f"{config_file}: max_seq_length must be a positive integer or null, got {length!r}.")
+    return length
+
+
+def own_max_length(folder: Path) -> int:
+    """The tokens per text a source is used with, at which a conversion measures it: a sentence-transformers model's
+    `max_seq_length`, else `DEFAULT_MAX_LENGTH`."""
+    return sentence_transformers_max_length(folder) or DEFAULT_MAX_LENGTH

@@ -18,6 +18,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard
 
+from ..conversion.sources import sentence_transformers_max_length
 from ..models.norm_options import NormOptions
 from ..version import VERSION
 
@@ -96,6 +97,7 @@ class CardFacts:
     hf_norms_version: str
     without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
     sentence_transformers: bool = False  # the folder is a sentence-transformers model (modules.json, pooling, ...)
+    max_seq_length: int | None = None  # the tokens per text such a model runs at (sentence_bert_config.json)
 
     @property
     def model_name(self) -> str:
@@ -383,4 +385,5 @@ def gather_card_facts(
         hf_norms_version=(report or {}).get("hf_norms_version") or VERSION,
         without_pooler=saved_without_pooler(folder, architecture),
         sentence_transformers=(folder / "modules.json").is_file(),
+        max_seq_length=sentence_transformers_max_length(folder),
     )

@@ -14,26 +14,33 @@ from .norm_texts import STATISTICS_FREE
 
 
 def downstream_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The card's downstream table, one row per stage: in-domain and out-of-domain cosine, probe accuracies; empty
-    when the report has neither check (and a dash for a figure a stage lacks)."""
+    """The card's downstream table, one row per stage, each `{column title: figure}` in the table's order: in-domain
+    cosine, then the out-of-domain and short-input cosine and the probe accuracies of the checks the report made
+    (a dash for a figure a stage lacks); empty when it made none."""
     report = report or {}
-    if not (report.get("out_of_domain_evaluation") or report.get("probe_evaluation")):
+    ood, short, probe = (report.get(key) for key in ("out_of_domain_evaluation", "short_input_evaluation",
+                                                       "probe_evaluation"))  # fmt: skip
+    if not (ood or short or probe):
         return []
+    figure = lambda values, key, fmt: "—" if values.get(key) is None else fmt.format(values[key])  # noqa: E731
     rows = []
     for stage in STAGES:
         measured = (report.get("stages") or {}).get(stage)
-        if measured:
-            ood, probe = identical_outputs(measured.get("out_of_domain") or {}), measured.get("probe") or {}
-            figure = lambda values, key, fmt: "—" if values.get(key) is None else fmt.format(values[key])  # noqa: E731
-            rows.append({
-                "stage": stage,
-                "cosine": figure(identical_outputs(measured["end_to_end"]), "mean_cosine", "{:.4f}"),
-                "ood_cosine": figure(ood, "mean_cosine", "{:.4f}"),
-                "teacher": figure(probe, "teacher_accuracy", "{:.3f}"),
-                "student": figure(probe, "student_accuracy", "{:.3f}"),
-                "retrained": figure(probe, "student_retrained_accuracy", "{:.3f}"),
-                "kept": figure(probe, "points_kept", "{:+.1f}"),
-            })  # fmt: skip
+        if not measured:
+            continue
+        row = {"stage": stage, "in-domain cosine": figure(identical_outputs(measured["end_to_end"]), "mean_cosine",
+                                                          "{:.4f}")}  # fmt: skip
+        for title, key, record in (("out-of-domain cosine", "out_of_domain", ood),
+                                   ("short-input cosine", "short_inputs", short)):  # fmt: skip
+            if record:
+                row[title] = figure(identical_outputs(measured.get(key) or {}), "mean_cosine", "{:.4f}")
+        if probe:
+            scores = measured.get("probe") or {}
+            row["probe accuracy, source"] = figure(scores, "teacher_accuracy", "{:.3f}")
+            row["probe accuracy, this checkpoint"] = figure(scores, "student_accuracy", "{:.3f}")
+            row["refitted probe, this checkpoint"] = figure(scores, "student_retrained_accuracy", "{:.3f}")
+            row["points kept"] = figure(scores, "points_kept", "{:+.1f}")
+        rows.append(row)
     return rows
 
 
@@ -204,12 +211,19 @@ def fidelity_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
     return rows
 
 
-def fidelity_measurement(report: dict[str, Any] | None) -> str:
-    """What the fidelity table's cosines compare: the pooling, the tokens per text, the per-token-type columns."""
+def fidelity_measurement(report: dict[str, Any] | None, max_seq_length: int | None = None) -> str:
+    """What the fidelity table's cosines compare: the pooling, the tokens per text (and how that compares with the
+    `max_seq_length` a sentence-transformers checkpoint runs at), the per-token-type columns."""
     evaluation = (report or {}).get("evaluation") or {}
     text = evaluation.get("pooling") == "mean"
     pooling = "the mean over real tokens, as a sentence embedding pools" if text else "the [CLS] token"
     length = f", texts truncated to {evaluation['max_length']} tokens" if text and evaluation.get("max_length") else ""
+    if length and max_seq_length is not None:
+        length += (
+            ", the max_seq_length this sentence-transformers model runs at"
+            if max_seq_length == evaluation["max_length"]
+            else f", while this sentence-transformers model runs at max_seq_length {max_seq_length}"
+        )
     return (
         f"Mean cosine: of the pooled final hidden states ({pooling}{length}). Per token type: the mean cosine of single "
         "tokens' final hidden states, for the [CLS] (prefix) token that a stock classification head reads, the other "

@@ -168,7 +168,7 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         report=facts.report,
         evaluation_data=readable_data(facts.report["evaluation"]["data"]) if facts.report else None,
         fidelity_rows=fidelity_rows(facts.report),
-        fidelity_measurement=fidelity_measurement(facts.report),
+        fidelity_measurement=fidelity_measurement(facts.report, facts.max_seq_length),
         fine_tuning_rows=fine_tuning_rows((facts.report or {}).get("fine_tuning")),
         downstream_rows=downstream_rows(facts.report),
         training_metrics=training_metrics,

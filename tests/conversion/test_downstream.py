@@ -11,8 +11,8 @@ import torch
 from hf_norms import packaged
 from hf_norms.conversion import healing
 from hf_norms.conversion.convert import convert
-from hf_norms.conversion.data import PROBE_SENTENCES
-from hf_norms.conversion.downstream import accuracy, dataset_name, fit_probe, probe_scores, probe_set
+from hf_norms.conversion.data import PROBE_SENTENCES, Examples
+from hf_norms.conversion.downstream import accuracy, dataset_name, fit_probe, probe_scores, probe_set, short_texts
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD
 from hf_norms.hub.model_card import model_card_for_folder
 
@@ -87,10 +87,10 @@ def test_report_has_out_of_domain_and_probe_blocks(tiny_bert_proof):
     assert 0 <= probe["teacher_accuracy"] <= 1 and 0 <= probe["student_accuracy"] <= 1
     assert probe["points_kept"] == pytest.approx(100 * (probe["student_accuracy"] - probe["teacher_accuracy"]))
     markdown = (folder / REPORT_MD).read_text()
-    assert "## In domain and out of domain" in markdown and "## Linear probe" in markdown
+    assert "## In domain, out of domain and on short inputs" in markdown and "## Linear probe" in markdown
     assert (
-        f"| naive | {stage['end_to_end']['mean_cosine']:.4f} | {stage['out_of_domain']['mean_cosine']:.4f} |"
-        in markdown
+        f"| naive | {stage['end_to_end']['mean_cosine']:.4f} | {stage['out_of_domain']['mean_cosine']:.4f} | "
+        f"{stage['short_inputs']['mean_cosine']:.4f} |" in markdown
     )
 
 
@@ -128,19 +128,54 @@ def test_card_carries_in_domain_out_of_domain_and_probe_results(tiny_bert_proof)
         == (stage["probe"]["teacher_accuracy"])
     )
     text = str(card)
-    assert "| stage | in-domain cosine | out-of-domain cosine |" in text
-    assert f"| naive | {stage['end_to_end']['mean_cosine']:.4f} | {stage['out_of_domain']['mean_cosine']:.4f} |" in text
+    assert "| stage | in-domain cosine | out-of-domain cosine | short-input cosine | probe accuracy, source |" in text
+    cosines = [stage[key]["mean_cosine"] for key in ("end_to_end", "out_of_domain", "short_inputs")]
+    assert "| naive | " + " | ".join(f"{cosine:.4f}" for cosine in cosines) + " |" in text
+    assert "on short inputs, the first 3-8 words of each of the 2 evaluation texts" in text
     assert "Python documentation paragraphs" in text and probe_name in text
 
 
-def test_card_without_downstream_checks_shows_none(tiny_bert_dir, tmp_path):
+def test_short_texts_keep_their_first_3_to_8_words():
+    texts = [" ".join(f"w{index}x{word}" for word in range(12)) for index in range(14)] + ["two words"]
+    short = short_texts(Examples(texts, "held-out texts", "text"))
+    assert [len(text.split()) for text in short.items] == [3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8, 3, 4, 2]
+    assert short.items[1] == "w1x0 w1x1 w1x2 w1x3" and short.items[-1] == "two words"
+    assert short.description == "held-out texts" and short_texts(Examples(texts, "", "text")).items == short.items
+
+
+def test_an_exact_conversion_is_exact_on_short_inputs_and_shows_no_other_check(tiny_bert_dir, tmp_path):
     folder = tmp_path / "bert-sepnorm"
     report = convert(tiny_bert_dir, "sepnorm", folder, max_length=16)
     assert report["out_of_domain_evaluation"] is None and report["probe_evaluation"] is None
-    assert "out_of_domain" not in report["stages"]["exact"]
+    assert report["short_input_evaluation"] == {"data": "built-in probe sentences", "samples": 8, "words": "3-8"}
+    exact = report["stages"]["exact"]
+    assert "out_of_domain" not in exact and "probe" not in exact
+    assert exact["short_inputs"]["max_abs_diff"] < 1e-5 and exact["short_inputs"]["mean_cosine"] == pytest.approx(1)
     card = model_card_for_folder(folder, "hf-norms/tiny-bert-sepnorm")
     assert all("out of domain" not in result.metric_name for result in card.data.eval_results or [])
-    assert "out-of-domain cosine" not in str(card) and "## Linear probe" not in (folder / REPORT_MD).read_text()
+    assert "out-of-domain cosine" not in str(card) and "probe accuracy" not in str(card)
+    assert "| stage | in-domain cosine | short-input cosine |\n|---|---|---|\n| exact | 1.0000 | 1.0000 |" in str(card)
+    markdown = (folder / REPORT_MD).read_text()
+    assert "## Linear probe" not in markdown and "## In domain and on short inputs" in markdown
+    assert "| stage | in-domain cosine | short-input cosine | in-domain max abs diff | short-input max abs diff |" in (
+        markdown
+    )
+
+
+def test_text_stages_and_healing_report_short_inputs(tiny_bert_dir, tmp_path):
+    articles = [text for text, _ in packaged.bbc_news()[:20]]
+    folder = tmp_path / "bert-dyt"
+    report = convert(tiny_bert_dir, "dyt", folder, calibration_data=articles, calibration_samples=16, max_length=32)
+    assert report["short_input_evaluation"] == {"data": "in-memory list of 20 texts", "samples": 4, "words": "3-8"}
+    naive, calibrated = report["stages"]["naive"], report["stages"]["calibrated"]
+    # calibrated on 32-token windows of articles: a few words' worth of tokens is measured apart, and fits less well
+    assert abs(calibrated["short_inputs"]["mean_cosine"] - calibrated["end_to_end"]["mean_cosine"]) > 1e-3
+    assert naive["short_inputs"]["mean_cosine"] != calibrated["short_inputs"]["mean_cosine"]
+    healed = healing.heal(folder, articles[:16], max_steps=1, warmup_steps=0, batch_size=4, max_length=32,
+                          evaluation_data=articles[16:], progress=False)  # fmt: skip
+    assert set(healed["stages"]["healed"]) >= {"end_to_end", "short_inputs"}
+    assert healed["short_input_evaluation"] == {"data": "in-memory list of 4 texts", "samples": 4, "words": "3-8"}
+    assert "| healed |" in (folder / REPORT_MD).read_text().split("## In domain and on short inputs")[1]
 
 
 def test_dyt_stages_and_healing_keep_the_downstream_checks(tiny_vit_dir, tmp_path):
@@ -157,6 +192,7 @@ def test_dyt_stages_and_healing_keep_the_downstream_checks(tiny_vit_dir, tmp_pat
     healed = healing.heal(folder, images[:8], max_steps=1, warmup_steps=0, batch_size=4, progress=False,
                           evaluation_data=images[8:])  # fmt: skip
     assert {"out_of_domain", "probe"} <= set(healed["stages"]["healed"])
+    assert healed["short_input_evaluation"] is None and "short_inputs" not in healed["stages"]["healed"]  # images
     teacher_accuracy = {stage["probe"]["teacher_accuracy"] for stage in healed["stages"].values()}
     assert len(teacher_accuracy) == 1  # the same probe data and teacher at every stage
 

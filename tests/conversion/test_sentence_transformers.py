@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_without_hf_norms
+from conftest import run_without_hf_norms, tiny_sentence_transformer
 from sentence_transformers import SentenceTransformer
 
 from hf_norms import cli, packaged
+from hf_norms.conversion.convert import convert
 from hf_norms.conversion.sources import sentence_transformers_files
 from hf_norms.hub.model_card import model_card_for_folder
 
@@ -62,3 +63,23 @@ def test_the_card_and_remote_code_of_a_converted_sentence_transformer(minilm_dir
     _, expected = original
     assert max(abs(a - b) for row, ref in zip(json.loads(remote), expected[:2].tolist(), strict=True)
                for a, b in zip(row, ref, strict=True)) <= 1e-5  # fmt: skip
+
+
+def test_fidelity_is_measured_at_the_max_seq_length_the_model_runs_at(tiny_bert_dir, minilm_dir, tmp_path, capsys):
+    source = tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "source", max_seq_length=48)
+    output = tmp_path / "dtn"
+    assert cli.main(["convert", str(source), "--norm-type", "dtn", "--output", str(output)]) == 0  # no --max-length
+    printed = capsys.readouterr().out
+    assert "exact: max abs diff 0, mean cosine 1.0000, short-input cosine 1.0000" in printed
+    report = json.loads((output / "conversion_report.json").read_text())
+    assert report["evaluation"]["max_length"] == 48
+    card = str(model_card_for_folder(output, "org/tiny-dtn"))
+    assert "texts truncated to 48 tokens, the max_seq_length this sentence-transformers model runs at)" in card
+    # an explicit length wins, and the card says that it is not the model's
+    report = convert(source, "dtn", tmp_path / "dtn-16", max_length=16)
+    assert report["evaluation"]["max_length"] == 16
+    card = str(model_card_for_folder(tmp_path / "dtn-16", "org/tiny-dtn"))
+    assert "texts truncated to 16 tokens, while this sentence-transformers model runs at max_seq_length 48)" in card
+    # MiniLM's own 256 is cut to the tiny BERT's 64 position embeddings
+    report = convert(tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "long"), "dtn", tmp_path / "64")
+    assert report["evaluation"]["max_length"] == 64

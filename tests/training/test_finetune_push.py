@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import HF_NORMS_SCRIPT
+from conftest import HF_NORMS_SCRIPT, tiny_sentence_transformer
 from huggingface_hub import HfApi, ModelCard, snapshot_download
 
 from hf_norms.hub.content_checks import text_token_forms, token_forms
@@ -23,17 +22,6 @@ REPO_ID = "org/tiny-minilm-dtn-bbc"
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 pytestmark = pytest.mark.usefixtures("hub_online")
-
-
-def tiny_sentence_transformer(tiny_bert_dir: Path, minilm_dir: Path, folder: Path) -> Path:
-    """The tiny BERT with MiniLM's sentence-transformers files (pooling resized to 32) and MiniLM's card."""
-    shutil.copytree(tiny_bert_dir, folder)
-    for name in (*SENTENCE_TRANSFORMERS_FILES, "README.md"):
-        shutil.copyfile(minilm_dir / name, folder / name)
-    (folder / "1_Pooling").mkdir()
-    pooling = json.loads((minilm_dir / "1_Pooling" / "config.json").read_text())
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "word_embedding_dimension": 32}))
-    return folder
 
 
 def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, minilm_dir, tmp_path):
