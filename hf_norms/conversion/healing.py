@@ -219,7 +219,8 @@ class DistillationTrainer(Trainer):
             self.budget.start()
 
             def factor(step: int) -> float:
-                progress = max(step / max(1, num_training_steps), self.budget.used())
+                # the first step trains whatever the budget (a budget of 0 stops after it, with a checkpoint)
+                progress = max(step / max(1, num_training_steps), self.budget.used() if step > 0 else 0.0)
                 warm = (step + 1) / (warmup + 1) if step < warmup else 1.0
                 return warm * max(0.0, 1.0 - progress)
 

@@ -124,6 +124,9 @@ def test_calibration_beats_the_naive_swap_on_minilm(minilm_dyt):
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16 autocast"])
 def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, tmp_path, bf16):
+    """Nine steps without the student's dropout: with it (the default), healing first trades cosine for tolerance of
+    the noise and needs more steps (measured on this fixture: calibrated 0.883; 9 steps 0.860 with dropout, 0.898
+    without; 18 steps with dropout 0.886)."""
     before = json.loads((minilm_dyt / REPORT_JSON).read_text())
     out = tmp_path / "healed"
     report = healing.heal(
@@ -137,6 +140,7 @@ def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, 
         max_length=32,
         learning_rate=1e-4,
         bf16=bf16,
+        student_dropout=False,
         progress=False,
     )
     calibrated = before["stages"]["calibrated"]["end_to_end"]["mean_cosine"]
