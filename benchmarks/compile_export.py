@@ -76,13 +76,19 @@ def table(families: list[str], norm_types: list[str], jobs: list[str], rounds: i
     return f"Compile and export, {threads} threads, median of {rounds} round(s).\n\n" + markdown_table(header, rows)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.compile_export`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--norm-types", nargs="+", choices=list(NORM_VARIANTS), default=["dtn"])
     parser.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--child", nargs=3, metavar=("FAMILY", "NORM_TYPE", "JOB"), help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:
         print(measure(*args.child))

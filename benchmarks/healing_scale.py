@@ -162,7 +162,8 @@ def memory_table(work: Path, steps: int, sizes: tuple[float, float], smoke: bool
 MEMORY_HEADER = ["corpus (text)", "steps", "streamed", "peak RSS MiB", "vs the smaller corpus"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.healing_scale`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("parts", nargs="*", help="processes, memory, gpu (default: processes memory)")
     parser.add_argument("--steps", type=int, default=None, help="healing steps (default: 40; 20 for memory)")
@@ -170,6 +171,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--large-gb", type=float, default=1.0)
     parser.add_argument("--smoke", action="store_true", help="a tiny BERT, 2 steps, corpora of a few MB")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:
         folder, data, output, steps = args.child

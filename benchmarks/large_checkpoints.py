@@ -118,7 +118,8 @@ def measure(source: Path, work: Path, rounds: int, norm_types: tuple[str, ...], 
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.large_checkpoints`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="a tiny BERT in 3 files, one round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--make-source", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.source, args.output, args.threads)))

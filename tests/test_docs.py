@@ -5,7 +5,8 @@ Commands are read from the shell code blocks (```bash, ```sh, ```console or a ba
 joined, a `$ ` prompt, comments, a trailing `&` and `NAME=value` prefixes dropped; and from inline code that starts
 with `python -m`, `torchrun` or `accelerate launch` (benchmark commands sit in the prose beside their tables). Parsers:
 `hf_norms.cli.build_parser` for `hf-norms`, transformers' `HfArgumentParser` of `hf_norms.training.finetune` for
-`hf-norms finetune` and `-m hf_norms.training.finetune`, `build_parser()` of each `benchmarks` module.
+`hf-norms finetune` and `-m hf_norms.training.finetune`, `hf-norms heal`'s for `-m hf_norms.conversion.heal`,
+`build_parser()` of each `benchmarks` module.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ INLINE_COMMAND = re.compile(r"^(python -m |torchrun |accelerate launch )")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 ELISION = "..."  # `torchrun ... -m hf_norms.training.finetune ...`: a command shown in part, not one to parse
 FINETUNE_MODULE = "hf_norms.training.finetune"
+HEAL_MODULE = "hf_norms.conversion.heal"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 REPO_PATH = re.compile(r"^(hf_norms|tests|benchmarks|conversions|scripts|docs)/[\w./-]*$")
 TEST_NAME = re.compile(r"^(?:(?:[\w/]+/)?(test_\w+\.py)::)?(test_\w+)$")
@@ -120,6 +122,8 @@ def parse_failure(command: Command) -> str | None:
             build_parser().parse_args(command.arguments)
         elif command.program == FINETUNE_MODULE:
             return finetune_failure(command.arguments)
+        elif command.program == HEAL_MODULE:  # `hf-norms heal` as a module, for launchers
+            build_parser().parse_args(["heal", *command.arguments])
         elif command.program.startswith("benchmarks."):
             importlib.import_module(command.program).build_parser().parse_args(command.arguments)
         else:

@@ -79,16 +79,16 @@ HOOKED_CONVERT = textwrap.dedent(
     from pathlib import Path
     from hf_norms import cli
     from hf_norms.conversion import convert
-    real, output, action = convert.save_checkpoint, Path(sys.argv[2]), sys.argv[1]
-    def save_then_meddle(model, processor, folder):
-        real(model, processor, folder)
+    real, output, action = convert.write_report, Path(sys.argv[2]), sys.argv[1]
+    def save_then_meddle(folder, report):  # the report is the staged folder's last file, in every save path
+        real(folder, report)
         if action == "create":
             output.mkdir()
             (output / "mine.txt").write_text("the user's")
         elif action == "add":
             (output / "my_run").mkdir()
             (output / "my_run" / "log.txt").write_text("the user's")
-    convert.save_checkpoint = save_then_meddle
+    convert.write_report = save_then_meddle
     sys.exit(cli.main(["convert", sys.argv[3], "--norm-type", "lape", "--output", str(output), *sys.argv[4:]]))
     """
 )

@@ -117,12 +117,12 @@ def test_a_killed_conversion_leaves_a_staging_folder_that_the_next_run_removes(t
         f"""
         import time
         from hf_norms.conversion import convert
-        real = convert.save_checkpoint
-        def save_then_hang(model, processor, folder):
-            real(model, processor, folder)
+        real = convert.write_report  # the staged folder's last file, in every save path
+        def save_then_hang(folder, report):
+            real(folder, report)
             print("staged", flush=True)
             time.sleep(300)
-        convert.save_checkpoint = save_then_hang
+        convert.write_report = save_then_hang
         convert.convert({str(tiny_vit_dir)!r}, "lape", {str(output)!r})
         """
     )
