@@ -299,6 +299,24 @@ def in_fresh_memory(model):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def save_tiny_dyt_vit(folder: Path, image_count: int, output: str = "dyt", **convert_options) -> tuple[Path, Path]:
+    """A stock 32-px ViT classifier (hidden 32, 2 layers) in `folder / "source"`, `image_count` images in `folder /
+    "images"`, and its DyT conversion calibrated on 8 of them in `folder / output`; returns (converted, images)."""
+    from test_convert import save_images
+
+    from hf_norms.conversion.convert import convert
+
+    torch.manual_seed(0)
+    config = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                       image_size=32, patch_size=8, num_labels=3)  # fmt: skip
+    ViTForImageClassification(config).save_pretrained(folder / "source")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "source")
+    images = save_images(folder / "images", image_count)
+    convert(folder / "source", "dyt", folder / output, calibration_data=images, calibration_samples=8,
+            evaluation_samples=4, **convert_options)  # fmt: skip
+    return folder / output, images
+
+
 @pytest.fixture(scope="session")
 def tiny_vit_dir(tmp_path_factory) -> Path:
     """A stock transformers ViT classifier (32 px, 2 layers) with its image processor."""

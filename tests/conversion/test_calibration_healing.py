@@ -8,15 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import save_tiny_dyt_vit
 from test_convert import save_images
 from transformers import (
     AutoTokenizer,
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
-    ViTConfig,
-    ViTForImageClassification,
-    ViTImageProcessor,
 )
 
 from hf_norms import cli
@@ -159,28 +157,7 @@ def test_healing_improves_cosine_and_updates_the_report(minilm_dyt, news_files, 
 
 @pytest.fixture()
 def tiny_dyt(tmp_path):
-    torch.manual_seed(0)
-    config = ViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=32,
-        patch_size=8,
-        num_labels=3,
-    )
-    ViTForImageClassification(config).save_pretrained(tmp_path / "source")
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "source")
-    images = save_images(tmp_path / "images", 24)
-    convert(
-        tmp_path / "source",
-        "dyt",
-        tmp_path / "dyt",
-        calibration_data=images,
-        calibration_samples=8,
-        evaluation_samples=4,
-    )
-    return tmp_path / "dyt", images
+    return save_tiny_dyt_vit(tmp_path, 24)
 
 
 def test_healing_resumes_from_its_checkpoint_in_place(tiny_dyt):

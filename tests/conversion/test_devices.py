@@ -10,13 +10,12 @@ import json
 
 import pytest
 import torch
-from test_convert import save_images
-from transformers import AutoTokenizer, BertConfig, BertModel, ViTConfig, ViTForImageClassification, ViTImageProcessor
+from conftest import save_tiny_dyt_vit
+from transformers import AutoTokenizer, BertConfig, BertModel
 
 from hf_norms import cli
 from hf_norms.conversion import devices, healing
 from hf_norms.conversion.checkpoint_io import ConversionError
-from hf_norms.conversion.convert import convert
 from hf_norms.conversion.data import Examples, encode_batches
 from hf_norms.conversion.report import REPORT_JSON
 
@@ -85,16 +84,7 @@ def test_the_teacher_follows_the_student_in_bfloat16_only_where_its_outputs_stay
 
 @pytest.fixture(scope="module")
 def tiny_vit_dyt(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("devices")
-    torch.manual_seed(0)
-    config = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                       image_size=32, patch_size=8, num_labels=3)  # fmt: skip
-    ViTForImageClassification(config).save_pretrained(folder / "source")
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "source")
-    images = save_images(folder / "images", 16)
-    convert(folder / "source", "dyt", folder / "dyt", calibration_data=images, calibration_samples=8,
-            evaluation_samples=4, device="auto")  # fmt: skip
-    return folder / "dyt", images
+    return save_tiny_dyt_vit(tmp_path_factory.mktemp("devices"), 16, device="auto")
 
 
 def test_heal_on_the_automatic_device_with_bf16_requested(tiny_vit_dyt, tmp_path):

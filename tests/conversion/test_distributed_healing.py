@@ -22,12 +22,10 @@ import sys
 
 import pytest
 import torch
+from conftest import save_tiny_dyt_vit
 from safetensors.torch import load_file
-from test_convert import save_images
-from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
 from hf_norms.conversion import healing
-from hf_norms.conversion.convert import convert
 from hf_norms.conversion.report import REPORT_JSON
 from hf_norms.output_folders import Marker
 
@@ -71,14 +69,7 @@ with open(f"{{out}}/rank{{rank}}.json", "w") as file:
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("two-processes")
-    torch.manual_seed(0)
-    config = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                       image_size=32, patch_size=8, num_labels=3)  # fmt: skip
-    ViTForImageClassification(config).save_pretrained(folder / "source")
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "source")
-    images = save_images(folder / "images", 24)
-    convert(folder / "source", "dyt", folder / "in-memory", calibration_data=images, calibration_samples=8,
-            evaluation_samples=4)  # fmt: skip
+    _, images = save_tiny_dyt_vit(folder, 24, output="in-memory")
     for name in ("streamed", "one-process"):  # copies with their modification times: still hf-norms' files
         shutil.copytree(folder / "in-memory", folder / name)
     return folder, images
