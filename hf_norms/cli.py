@@ -31,12 +31,12 @@ from .version import VERSION
 
 # Keep in step with `hf_norms.models.norms.NORM_TYPES` (a test checks it): importing the registry here would import torch.
 NORM_TYPE_CHOICES = ("layernorm", "dyt", "derf", "dtn", "sepnorm", "lape")
-HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.healing.COSINE_WEIGHT (checked by a test)
-HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.healing.HIDDEN_STATE_WEIGHT
+HEAL_COSINE_WEIGHT = 10.0  # = hf_norms.conversion.distillation.COSINE_WEIGHT (checked by a test)
+HEAL_HIDDEN_STATE_WEIGHT = 1.0  # = hf_norms.conversion.distillation.HIDDEN_STATE_WEIGHT
 DEVICE_CHOICES = ("auto", "cpu", "cuda")  # = hf_norms.conversion.devices.DEVICE_CHOICES
 DEVICE_HELP = "auto (default): a CUDA GPU when torch sees one, else the CPU; choose GPUs with CUDA_VISIBLE_DEVICES"
-HEAL_TOKEN_WEIGHT = 1.0  # = hf_norms.conversion.healing.TOKEN_WEIGHT
-HEAL_HEAD_WEIGHT = 1.0  # = hf_norms.conversion.healing.HEAD_WEIGHT
+HEAL_TOKEN_WEIGHT = 1.0  # = hf_norms.conversion.distillation.TOKEN_WEIGHT
+HEAL_HEAD_WEIGHT = 1.0  # = hf_norms.conversion.distillation.HEAD_WEIGHT
 TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
 
 

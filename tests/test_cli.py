@@ -15,7 +15,7 @@ from conftest import HF_NORMS_SCRIPT
 
 import hf_norms
 from hf_norms import cli
-from hf_norms.conversion import healing
+from hf_norms.conversion import distillation
 
 COMMANDS = ("demo", "convert", "heal", "finetune", "push", "hub")
 HUB_COMMANDS = ("convert", "heal", "push")  # and finetune (`ModelArguments.token`)
@@ -82,9 +82,9 @@ def test_values_kept_in_the_command_line_agree_with_the_code():
     from transformers import TrainingArguments
 
     assert set(cli.NORM_TYPE_CHOICES) == set(hf_norms.NORM_TYPES)
-    assert cli.HEAL_COSINE_WEIGHT == healing.COSINE_WEIGHT
-    assert cli.HEAL_HIDDEN_STATE_WEIGHT == healing.HIDDEN_STATE_WEIGHT
-    assert (cli.HEAL_TOKEN_WEIGHT, cli.HEAL_HEAD_WEIGHT) == (healing.TOKEN_WEIGHT, healing.HEAD_WEIGHT)
+    assert cli.HEAL_COSINE_WEIGHT == distillation.COSINE_WEIGHT
+    assert cli.HEAL_HIDDEN_STATE_WEIGHT == distillation.HIDDEN_STATE_WEIGHT
+    assert (cli.HEAL_TOKEN_WEIGHT, cli.HEAL_HEAD_WEIGHT) == (distillation.TOKEN_WEIGHT, distillation.HEAD_WEIGHT)
     trainer_fields = {field.name: field for field in dataclasses.fields(TrainingArguments)}
     for name, (default, _) in cli.FINETUNE_TRAINER_OPTIONS.items():
         assert name in trainer_fields and trainer_fields[name].default == default, name

@@ -18,7 +18,7 @@ from transformers import (
 )
 
 from hf_norms import cli
-from hf_norms.conversion import healing
+from hf_norms.conversion import distillation, healing
 from hf_norms.conversion.calibration import calibrate_pooler
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.conversion.convert import convert
@@ -251,7 +251,7 @@ def test_the_healing_loss_weighs_the_prefix_token_and_the_pooler_output():
     pooler = (torch.zeros(2, 8), teacher_pooler)
 
     def loss(**weights):
-        return healing.distillation_loss(hidden, hidden, student_final, teacher_final, mask, cosine_weight=0,
+        return distillation.distillation_loss(hidden, hidden, student_final, teacher_final, mask, cosine_weight=0,
                                          token_types=types, pooler_outputs=pooler, **weights).item()  # fmt: skip
 
     final_error = 4 * teacher_final[:, 0].pow(2).sum() / teacher_final[mask].pow(2).sum()
