@@ -46,6 +46,7 @@ PACKAGED_OOD = {"text": "python_docs", "image": "digits"}
 PACKAGED_PROBE = {"text": "bbc_news", "image": "fashion_mnist"}
 PROBE_NAMES = {"bbc_news": "BBC News topics (5 classes)", "fashion_mnist": "Fashion-MNIST (10 classes)"}
 PROBE_L2 = 1.0  # ridge penalty per training example, on standardised features (the bias is not penalised)
+CONSTANT_FEATURE_SPREAD = 1e-3  # of the median feature's spread: below it a feature counts as constant
 PROBE_METHOD = "ridge regression to one-hot labels on standardised pooled features (closed form, L2 = 1.0 x examples)"
 SHORT_WORDS = (3, 8)  # the words a short input keeps, cycling from the first to the last over the evaluation texts
 
@@ -168,9 +169,15 @@ class LinearProbe:
 
 def fit_probe(features: torch.Tensor, labels: torch.Tensor, num_classes: int, l2: float = PROBE_L2) -> LinearProbe:
     """Ridge regression of one-hot `labels` `[examples]` on `features` `[examples, hidden]`, standardised with their
-    own mean and std: `W = (X^T X + l2 * n * I')^-1 X^T Y` in float64, with `I'` sparing the bias row."""
+    own mean and std: `W = (X^T X + l2 * n * I')^-1 X^T Y` in float64, with `I'` sparing the bias row.
+
+    A feature whose spread is under `CONSTANT_FEATURE_SPREAD` of the median feature's is constant up to rounding (a
+    zeroed LayerNorm channel: MiniLM has three): it is scaled by that floor, not by its own spread, so that another
+    model's rounding-sized deviation there is not multiplied by up to 1e8 and cannot swing the probe's prediction."""
     features = features.double()
-    mean, std = features.mean(0), features.std(0, correction=0).clamp_min(1e-8)
+    spread = features.std(0, correction=0)
+    floor = (CONSTANT_FEATURE_SPREAD * spread.median()).clamp_min(1e-12)
+    mean, std = features.mean(0), spread.clamp_min(floor)
     inputs = torch.cat([(features - mean) / std, torch.ones(len(features), 1, dtype=torch.float64)], dim=1)
     targets = torch.nn.functional.one_hot(labels, num_classes).double()
     penalty = torch.eye(inputs.shape[1], dtype=torch.float64) * (l2 * len(features))

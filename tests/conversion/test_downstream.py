@@ -61,6 +61,22 @@ def test_probe_on_separable_features_and_on_exact_features():
     assert lost["student_accuracy"] < 0.7 and lost["points_kept"] < -30
 
 
+def test_a_constant_feature_with_rounding_noise_cannot_swing_the_probe():
+    """MiniLM's pooled features have channels that are constant up to rounding (std 5e-10 against a median of 0.09):
+    a student off by 1e-5 there kept 66 % through the teacher's probe when the floor was 1e-8, with cosine 0.965."""
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(80) % 4
+    centres = 3.0 * torch.eye(4, 6)
+    features = centres[labels] + 0.5 * torch.randn(80, 6, generator=generator)
+    features[:, 5] = -1e-7 + 5e-10 * torch.randn(80, generator=generator)  # a zeroed channel, rounding noise
+    student = features.clone()
+    student[:, 5] = -6e-7 + 2e-5 * torch.randn(80, generator=generator)
+    probes = probe_set({"train": ([""] * 60, labels[:60]), "test": ([""] * 20, labels[60:])}, "text", 60)
+    scores = probe_scores((features[:60], features[60:]), (student[:60], student[60:]), probes)
+    assert scores["teacher_accuracy"] == 1.0
+    assert scores["student_accuracy"] == scores["teacher_accuracy"] and scores["points_kept"] == 0.0
+
+
 @pytest.fixture(scope="module")
 def tiny_bert_proof(tiny_bert_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("proof") / "bert-dtn"
