@@ -1,6 +1,7 @@
 """Dynamic Token Normalization (DTN): LayerNorm statistics mixed, per head, with position-aware statistics across
-tokens (Shao et al.): the module, its separable token mixing and the plain formula every runtime can trace; the eager
-float32 fast path lives in `norm_dtn_fast.py`.
+tokens (Shao et al.): the module, which picks one of three paths per runtime: the plain formula every tracer can
+follow (`norm_dtn_formula.py`), the eager float32 fast path (`norm_dtn_fast.py`) and, under the dynamo ONNX exporter,
+DTN as one operator with its own ONNX translation (`norm_dtn_export.py`).
 
 Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
 """
@@ -18,8 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
+from .norm_dtn_export import exported_token_norm, onnx_translation_registered
 from .norm_dtn_fast import TokenGrid, fast_token_norm, gates_are_one
-from .runtime import autocast_off, compute_dtype, is_eager_full_precision, result_dtype
+from .norm_dtn_formula import mixing_matrices, token_norm_formula
+from .runtime import autocast_off, compute_dtype, is_dynamo_onnx_export, is_eager_full_precision, result_dtype
 from .token_layout import TokenLayout
 
 
@@ -41,49 +44,6 @@ def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
     return weight
 
 
-def axis_mixing(
-    offsets: torch.Tensor, linear: torch.Tensor, quadratic: torch.Tensor, source_mask: torch.Tensor | None
-) -> torch.Tensor:
-    """Per-head softmax over source positions j of `linear_h * d + quadratic_h * d^2` along one axis, for the offsets
-    `d = j - i` (`[length(i), length(j)]`, from `axis_offsets`).
-
-    `linear`, `quadratic`: `[H, 1, 1]`; `source_mask`: `[B, length]` (False: padding, never a source). Returns
-    `[H, length, length]`, or `[B, H, length, length]` with a mask; rows sum to 1.
-    """
-    logits = (linear + quadratic * offsets) * offsets
-    if source_mask is not None:
-        logits = logits.masked_fill(~source_mask[:, None, None, :], torch.finfo(logits.dtype).min)
-    return logits.softmax(dim=-1)
-
-
-def axis_offsets(length: int, like: torch.Tensor) -> torch.Tensor:
-    """`d = j - i` for positions `i, j < length` along one axis: `[length, length]`, dtype and device of `like`."""
-    positions = torch.arange(length, device=like.device, dtype=like.dtype)
-    return positions[None, :] - positions[:, None]
-
-
-def mixing_matrices(
-    position_weight: torch.Tensor, grid_size: tuple[int, int], source_mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`P_h` as `(P_cols, P_rows)`: the `[H, cols, cols]` (`[B, H, cols, cols]` with `source_mask`) and `[H, rows,
-    rows]` (None for one row) softmaxes whose product is the softmax over the grid, `P_h = P_rows (x) P_cols`, built
-    once per call from `pos_proj.weight` `[H, 3]` and shared by the mean and the variance.
-
-    The logits `a_h . (dx, dy, dx^2 + dy^2) + b_h` split into a column term `a_h0 dx + a_h2 dx^2` and a row term
-    `a_h1 dy + a_h2 dy^2` (`b_h` is constant over the source token and cancels in the softmax), so mixing along
-    columns then along rows costs `M * (rows + cols)` instead of `M^2` per channel.
-    """
-    rows, cols = grid_size
-    coefficients = position_weight.view(-1, 3, 1)
-    d_x, d_y, square = coefficients[:, 0:1], coefficients[:, 1:2], coefficients[:, 2:3]  # [H, 1, 1] each
-    column_offsets = axis_offsets(cols, position_weight)
-    columns = axis_mixing(column_offsets, d_x, square, source_mask)
-    if rows == 1:
-        return columns, None
-    row_offsets = column_offsets if rows == cols else axis_offsets(rows, position_weight)
-    return columns, axis_mixing(row_offsets, d_y, square, None)
-
-
 class PositionProjection(nn.Module):
     """DTN's `pos_proj`, the paper's `Linear(3, H)` from relative offsets `(dx, dy, dx^2 + dy^2)` to each head's logit,
     held as plain parameters: `weight` `[H, 3]` (`a_h`) and `bias` `[H]` (`b_h`), the state-dict keys of the Linear.
@@ -102,70 +62,6 @@ class PositionProjection(nn.Module):
         return f"in_features=3, out_features={self.weight.shape[0]}"
 
 
-def mix_values(values: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    """`P_h @ values` for `values` `[H, cols, B, rows, K]`, with `P_h = P_rows (x) P_cols` (`mixing_matrices`); returns
-    `[B, rows, cols, H, K]` (a permuted view).
-
-    `columns`: `[H, cols, cols]`, applied to all examples as one `[cols, cols] @ [cols, B * rows * K]` product per
-    head, or `[B, H, cols, cols]` with padding (one row: text), one `[cols, cols] @ [cols, K]` product per example and
-    head. `rows`: `[H, rows, rows]`, one `[rows, rows] @ [rows, cols * B * K]` product per head, or None for one row.
-    """
-    heads, cols, _, num_rows, depth = values.shape
-    if columns.dim() == 4:  # [B, H, cols, cols] @ [B, H, cols, K]
-        return (columns @ values[..., 0, :].permute(2, 0, 1, 3)).permute(0, 2, 1, 3).unsqueeze(1)
-    mixed = torch.bmm(columns, values.reshape(heads, cols, -1))  # [H, cols, B * rows * K]
-    if rows is None:
-        return mixed.view(heads, cols, -1, 1, depth).permute(2, 3, 1, 0, 4)
-    by_rows = mixed.view(heads, cols, -1, num_rows, depth).permute(0, 3, 1, 2, 4).reshape(heads, num_rows, -1)
-    return torch.bmm(rows, by_rows).view(heads, num_rows, cols, -1, depth).permute(3, 1, 2, 0, 4)
-
-
-def token_norm_formula(
-    hidden_states: torch.Tensor,
-    source_mask: torch.Tensor | None,
-    position_weight: torch.Tensor,
-    mean_gate: torch.Tensor,
-    var_gate: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
-    num_prefix_tokens: int,
-    grid_size: tuple[int, int],
-    eps: float,
-) -> torch.Tensor:
-    """DTN's output `[B, N, C]` for `hidden_states` `[B, N, C]`, by the equations of `DynamicTokenNorm`, as plain
-    functional tensor code: what `torch.compile`, `torch.export`, the ONNX exporters, autocast and 16-bit weights run,
-    and the reference every other path is tested against. Written in few operations (each costs tracing and export
-    time): the mixing matrices once (`mixing_matrices`), `[x_h, x_h * x_h]` stacked in the layout of the column product
-    and mixed together (`mix_values`), and the gates as `a + l (b - a)`.
-
-    `mu_ln, var_ln` are computed for every token; prefix tokens are normalised with them (LayerNorm). The inter-token
-    variance is clamped at 0 against rounding. Shapes come from `grid_size` and the parameters, with -1 for the batch,
-    so that every tracer keeps the batch size (and the text length, through `grid_size`) dynamic.
-    """
-    rows, cols = grid_size
-    heads, hidden, p = mean_gate.shape[0], weight.shape[0], num_prefix_tokens
-    mean_ln = hidden_states.mean(-1, keepdim=True)  # [B, N, 1]
-    centred = hidden_states - mean_ln
-    var_eps_ln = (centred * centred).mean(-1, keepdim=True) + eps  # biased, as LayerNorm
-    inv_std_ln = torch.rsqrt(var_eps_ln)
-    column_mixing, row_mixing = mixing_matrices(position_weight, grid_size, source_mask)
-
-    x_h = hidden_states.narrow(1, p, rows * cols).view(-1, rows, cols, heads, hidden // heads)  # [B, rows, cols, H, D]
-    values = x_h.permute(3, 2, 0, 1, 4)  # [H, cols, B, rows, D]: the column product's layout
-    mixed = mix_values(torch.cat([values, values * values], dim=-1), column_mixing, row_mixing)
-    mean_inter, square_inter = mixed.split(
-        hidden // heads, dim=-1
-    )  # P_h @ x_h, P_h @ (x_h * x_h): [B, rows, cols, H, D]
-    var_eps_inter = (square_inter - mean_inter * mean_inter).clamp_min(0) + eps
-    per_token = (-1, rows, cols, 1, 1)
-    l_mu, l_var = mean_gate.view(heads, 1), var_gate.view(heads, 1)
-    mu = mean_inter + l_mu * (mean_ln.narrow(1, p, rows * cols).view(per_token) - mean_inter)
-    var_eps = var_eps_inter + l_var * (var_eps_ln.narrow(1, p, rows * cols).view(per_token) - var_eps_inter)
-    tokens = ((x_h - mu) * torch.rsqrt(var_eps)).reshape(-1, rows * cols, hidden)
-    prefix = centred.narrow(1, 0, p) * inv_std_ln.narrow(1, 0, p)
-    return torch.cat([prefix, tokens], dim=1) * weight + bias
-
-
 def compiles_once() -> bool:
     """Whether `torch.compile` (not export) traces an inference graph: there every DTN of a model reuses one traced and
     compiled formula (`torch.compiler.nested_compile_region`, hierarchical compilation). Not with autograd: inductor
@@ -182,6 +78,17 @@ def compiles_once() -> bool:
 compiled_token_norm_formula = getattr(torch.compiler, "nested_compile_region", lambda function: function)(
     token_norm_formula
 )
+
+
+def traced_formula():
+    """The form of `token_norm_formula` that a runtime other than the eager fast path runs: one operator with its own
+    ONNX translation under the dynamo ONNX exporter (`norm_dtn_export`), one nested compile region reused by every DTN
+    under `torch.compile` without autograd (`compiles_once`), the plain formula everywhere else."""
+    if is_dynamo_onnx_export():
+        return exported_token_norm
+    if compiles_once():
+        return compiled_token_norm_formula
+    return token_norm_formula
 
 
 class DynamicTokenNorm(nn.Module):
@@ -227,6 +134,7 @@ class DynamicTokenNorm(nn.Module):
         self.var_gate = nn.Parameter(torch.full((num_heads,), gate_init))
         # False runs the plain formula in eager float32 too (tests and benchmarks compare the two paths)
         self.fast_path = True
+        onnx_translation_registered()  # before any torch.onnx.export starts (it copies the registry first)
 
     def init_parameters(self) -> None:
         init.ones_(self.weight)
@@ -270,7 +178,7 @@ class DynamicTokenNorm(nn.Module):
 
         In eager float32 (or float64), the fast path of `norm_dtn_fast` (gates at exactly 1 then keep LayerNorm's output
         for every token, bit for bit, and without autograd skip the inter-token work); everywhere else (compile, export,
-        ONNX, autocast, 16-bit) the plain `token_norm_formula`, in float32 with autocast off, as autocast runs LayerNorm.
+        ONNX, autocast, 16-bit) the plain formula (`traced_formula`), in float32 with autocast off, as autocast runs LayerNorm.
         The gates' in-place projection in training is traced as a mutation of the parameters (checked under compile).
         """
         if layout is None:
@@ -281,7 +189,7 @@ class DynamicTokenNorm(nn.Module):
             return self.fast_forward(hidden_states, layout, mean_gate, var_gate)
         out_dtype, dtype = result_dtype(hidden_states), compute_dtype(hidden_states)
         with autocast_off(hidden_states):
-            formula = compiled_token_norm_formula if compiles_once() else token_norm_formula
+            formula = traced_formula()
             parameters = (
                 t if t.dtype == dtype else t.to(dtype)
                 for t in (self.pos_proj.weight, mean_gate, var_gate, self.weight, self.bias)

@@ -1,9 +1,9 @@
-"""DTN's fast path for eager float32 (and float64, for gradcheck): the same mathematics as `norm_dtn.token_norm_formula`,
+"""DTN's fast path for eager float32 (and float64, for gradcheck): the same mathematics as `norm_dtn_formula.token_norm_formula`,
 in one autograd Function with a written-out backward, and in place without autograd.
 
 The grid tokens' heads and their squares, `[x_h, x_h * x_h]`, are stored once in the mixing layout (`TokenGrid`) and
 mixed together by two products per norm, one `[cols, cols] @ [cols, B * rows * 2D]` GEMM per head and one batch of
-`[rows, rows] @ [rows, 2D]` products, from the mixing matrices built once per call (`norm_dtn.mixing_matrices`). Every
+`[rows, rows] @ [rows, 2D]` products, from the mixing matrices built once per call (`norm_dtn_formula.mixing_matrices`). Every
 elementwise step after the mixing is one pass with at most one broadcast operand, the case PyTorch vectorises (a step
 with two broadcast operands, as `lerp` with a per-head weight and a per-token end, runs 5-8x slower here).
 
@@ -101,7 +101,7 @@ def mix(
     stacked: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor | None, grid: TokenGrid
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(P_cols-mixed, P_h @ stacked)` for the stacked values `[H, B, cols, rows, 2, D]` (`TokenGrid.empty`); both
-    the same shape and layout. `P_h = P_rows (x) P_cols` (`norm_dtn.mixing_matrices`), columns mixed first.
+    the same shape and layout. `P_h = P_rows (x) P_cols` (`norm_dtn_formula.mixing_matrices`), columns mixed first.
 
     `columns`: `[H, cols, cols]`, one `[cols, cols] @ [cols, 2 * B * rows * D]` GEMM per head, or `[B, H, cols, cols]`
     (`per_example`: text with padding), one product per example and head. `rows`: `[H, rows, rows]`, one `[rows,

@@ -20,6 +20,12 @@ def is_traced() -> bool:
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
+def is_dynamo_onnx_export() -> bool:
+    """True while `torch.onnx.export(..., dynamo=True)` traces the model (its `torch.export` step); False under a plain
+    `torch.export`, `torch.compile` and the TorchScript ONNX exporter."""
+    return torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
+
+
 def is_eager_full_precision(hidden_states: torch.Tensor, *parameters: torch.Tensor) -> bool:
     """The runtime the eager fast paths are written for: not traced, no autocast, float32 (or float64, for gradcheck)
     input and parameters."""

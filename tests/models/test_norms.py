@@ -186,7 +186,7 @@ def test_dtn_gates_at_one_still_learn_and_stay_in_range():
 
 
 def test_dtn_mixing_rows_sum_to_one_and_ignore_padding():
-    from hf_norms.models.norm_dtn import mixing_matrices
+    from hf_norms.models.norm_dtn_formula import mixing_matrices
 
     layer = random_dtn()
     mask = torch.tensor([[True] * 7 + [False] * 3])

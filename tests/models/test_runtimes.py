@@ -151,3 +151,28 @@ def test_compiled_dtn_is_one_graph_traced_once_per_model_and_dynamic_in_the_batc
         calls = [node for node in graph.graph.nodes if node.target is torch.ops.higher_order.invoke_subgraph]
         assert len(calls) == norms >= 3
         assert len({node.args[0].target for node in calls}) == 1  # one traced formula for all of them
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["dinov2_norm", "bert_norm"])
+def test_the_dynamo_onnx_exporter_takes_each_dtn_as_one_operator_and_translates_it_to_standard_onnx(family):
+    """Under `torch.onnx.export(model, dynamo=True)` every DTN is one `hf_norms::dynamic_token_norm` node of the traced
+    program (DINOv2: prefix tokens and a 2-D grid; BERT: one row of dynamic length with padding), and the ONNX graph
+    holds only standard operators (onnxruntime runs it: `exported`, above, checks its values)."""
+    from hf_norms.models.norm_dtn_export import OPERATOR_NAME
+
+    dtn = case(family, "dtn")
+    onnx_program = runtimes.dynamo_onnx_program(dtn)
+    targets = [str(node.target) for node in onnx_program.exported_program.graph.nodes]
+    norms = sum(isinstance(module, hf_norms.DynamicTokenNorm) for module in dtn.model.modules())
+    assert sum(target.startswith(OPERATOR_NAME.replace("::", ".")) for target in targets) == norms >= 3
+    assert {node.domain for node in onnx_program.model_proto.graph.node} <= {"", "ai.onnx"}
+    assert not onnx_program.model_proto.functions
+
+
+def test_a_second_copy_of_the_dtn_export_module_takes_its_own_operator_name():
+    """An installed hf-norms and a checkpoint's remote code each register the operator; neither replaces the other."""
+    from hf_norms.models import norm_dtn_export
+
+    assert norm_dtn_export.OPERATOR_NAME == "hf_norms::dynamic_token_norm"
+    assert norm_dtn_export.free_operator_name() == "hf_norms::dynamic_token_norm_1"
