@@ -5,10 +5,11 @@ Traced as its plain formula, each DTN is some 70 ATen operations that the export
 then optimises one by one (onnxscript's rewriter tries each of its rules on each node), so a ViT-S/16 with 25 DTNs
 exported in 5.4x the time of its LayerNorm twin (87 s against 16 s on 2 cores). Here every DTN is one call of the
 custom operator `hf_norms::dynamic_token_norm` (`torch.library`, computing `norm_dtn_formula.token_norm_formula`),
-which `torch.export` keeps as one node (registered when the first DTN is built), and `onnx_token_norm` writes it directly as about 35 ONNX operations in the
-layout `[B, H, rows, cols, D]`, where the statistics need no copies. The operator is used only inside that exporter's
-trace (`runtime.is_dynamo_onnx_export`): `torch.export` and `torch.compile` keep the plain formula, which other
-backends (AOTInductor, ExecuTorch) can run without Python.
+which `torch.export` keeps as one node, and `onnx_token_norm` (registered with the exporter when the first DTN is
+built) writes it as about 30 standard ONNX operations in the layout `[B, H, rows, cols, D]`, where LayerNorm's
+statistics need no copies. The operator is used only inside that exporter's trace (`runtime.is_dynamo_onnx_export`):
+`torch.export` and `torch.compile` keep the plain formula, which other backends (AOTInductor, ExecuTorch) can run
+without Python.
 
 If the translation cannot be registered (no onnxscript, or its registry API changed), DTN exports as its plain
 formula, as before; `tests/models/test_runtimes.py` checks both against eager float32 in onnxruntime.
