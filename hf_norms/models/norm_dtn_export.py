@@ -24,6 +24,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import functools
+import itertools
 import logging
 
 import numpy as np
@@ -37,10 +38,8 @@ logger = logging.getLogger(__name__)
 def free_operator_name() -> str:
     """`hf_norms::dynamic_token_norm`, or with a suffix if another copy of this file (an installed hf-norms beside a
     checkpoint's remote code) has taken the name: each copy keeps its own operator."""
-    index = 0
-    while hasattr(torch.ops.hf_norms, f"dynamic_token_norm{'_' * bool(index)}{index or ''}"):
-        index += 1
-    return f"hf_norms::dynamic_token_norm{'_' * bool(index)}{index or ''}"
+    names = itertools.chain(["dynamic_token_norm"], (f"dynamic_token_norm_{index}" for index in itertools.count(1)))
+    return "hf_norms::" + next(name for name in names if not hasattr(torch.ops.hf_norms, name))
 
 
 OPERATOR_NAME = free_operator_name()
