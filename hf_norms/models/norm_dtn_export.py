@@ -215,6 +215,6 @@ def onnx_mixing_matrices(op, position_weight, source_mask, hidden_states, p: int
 
 
 def ir_tensor(array: np.ndarray):
-    import onnx_ir
+    from onnxscript import ir  # onnxscript's own onnx_ir, no dependency of ours
 
-    return onnx_ir.tensor(array)
+    return ir.tensor(array)
