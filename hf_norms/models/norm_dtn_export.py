@@ -144,13 +144,10 @@ def onnx_token_norm(
     from onnxscript import opset18 as op
 
     hidden, heads, p = weight.shape[0], mean_gate.shape[0], num_prefix_tokens
-    depth, dtype = hidden // heads, hidden_states.dtype.numpy()
-
-    def ints(*values):
-        return op.Constant(value_ints=list(values))
+    depth, ints = hidden // heads, functools.partial(onnx_ints, op)
 
     def scalar(value):
-        return op.Constant(value=ir_tensor(np.asarray(value, dtype=dtype)))
+        return onnx_constant(op, value, hidden_states)
 
     grid = op.Slice(hidden_states, ints(p), ints(np.iinfo(np.int64).max), ints(1))
     x = op.Transpose(op.Reshape(grid, ints(0, rows, cols, heads, depth)), perm=[0, 3, 1, 2, 4])
@@ -181,10 +178,7 @@ def onnx_mixing_matrices(op, position_weight, source_mask, hidden_states, p: int
     """`(P_cols, P_rows)` of `norm_dtn_formula.mixing_matrices` in ONNX, shaped to broadcast against `[B, H, rows,
     cols, 2D]`: `P_cols` `[H, 1, cols, cols]` (`[B, H, 1, cols, cols]` with `source_mask`), `P_rows` `[H, rows, rows]`
     or None for one row. `cols` -1: the offsets come from the sequence length."""
-    dtype = hidden_states.dtype.numpy()
-
-    def ints(*values):
-        return op.Constant(value_ints=list(values))
+    ints = functools.partial(onnx_ints, op)
 
     def coefficient(index):  # a_h[index] as [H, 1, 1]
         return op.Reshape(op.Slice(position_weight, ints(index), ints(index + 1), ints(1)), ints(heads, 1, 1))
@@ -192,7 +186,7 @@ def onnx_mixing_matrices(op, position_weight, source_mask, hidden_states, p: int
     def offsets(length):  # d = j - i, [length, length]
         if length >= 0:
             positions = np.arange(length)
-            return op.Constant(value=ir_tensor((positions[None, :] - positions[:, None]).astype(dtype)))
+            return onnx_constant(op, positions[None, :] - positions[:, None], hidden_states)
         length = op.Squeeze(op.Sub(op.Shape(hidden_states, start=1, end=2), ints(p)))
         start, step = op.Constant(value_int=0), op.Constant(value_int=1)
         positions = op.Cast(op.Range(start, length, step), to=hidden_states.dtype)
@@ -207,14 +201,20 @@ def onnx_mixing_matrices(op, position_weight, source_mask, hidden_states, p: int
         columns = op.Unsqueeze(op.Softmax(logits, axis=-1), ints(1))
     else:
         keep = op.Unsqueeze(op.Cast(source_mask, to=9), ints(1, 2))  # BOOL, [B, 1, 1, cols]
-        lowest = op.Constant(value=ir_tensor(np.asarray(np.finfo(dtype).min, dtype=dtype)))
+        lowest = onnx_constant(op, np.finfo(hidden_states.dtype.numpy()).min, hidden_states)
         columns = op.Unsqueeze(op.Softmax(op.Where(keep, logits, lowest), axis=-1), ints(2))
     if rows == 1:
         return columns, None
     return columns, op.Softmax(axis_mixing(rows, coefficient(1)), axis=-1)
 
 
-def ir_tensor(array: np.ndarray):
+def onnx_ints(op, *values):
+    """A constant INT64 vector (shapes, axes, slice bounds)."""
+    return op.Constant(value_ints=list(values))
+
+
+def onnx_constant(op, value, like):
+    """`value` (a number or an array) as a constant of `like`'s dtype."""
     from onnxscript import ir  # onnxscript's own onnx_ir, no dependency of ours
 
-    return ir.tensor(array)
+    return op.Constant(value=ir.tensor(np.asarray(value, dtype=like.dtype.numpy())))
