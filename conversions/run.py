@@ -10,6 +10,7 @@ Each `conversions/<name>.json` is one published checkpoint:
       "convert": {keyword arguments of hf_norms.convert.convert: "norm_type", "options", "calibration_data",
                   "calibration_samples", "evaluation_data", "evaluation_samples", "max_length", ...},
       "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional),
+      "config": {config fields written into the built checkpoint after healing, e.g. its dropout}   (optional),
       "card": {keyword arguments of hf_norms.model_card.gather_card_facts: "base_model", "license", "notes", ...},
       "fine_tuning": {a record of `python -m benchmarks.finetune_from_stock ... --record`}   (optional)
     }
@@ -23,7 +24,9 @@ the card maps to the Hub dataset. The checkpoint is built in `<work>/<name>` (ke
 card from its report), the card is written to `model_cards/<name>.md`, and `--push` uploads the folder with the same
 card to `repo_id` (endpoint from `--endpoint` or `HF_ENDPOINT`, token from HF_TOKEN or `hf auth login`).
 
-A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the benchmark on a build of
+A recipe's `config` fields change what the checkpoint does when fine-tuned, not its weights: healing trains with the
+source's dropout, and the published config may then set the dropout its users fine-tune best with; the card's notes
+must say so and why. A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the benchmark on a build of
 this recipe) is written into the built checkpoint's report before its card is rendered; when the weights are not those
 it was measured on (their sha256 differs), its description says so. `--threads N` sets torch's intra-op threads
 (healing budgets are in CPU time: one thread spends it most efficiently).
@@ -136,6 +139,13 @@ def attach_fine_tuning(folder: Path, record: dict[str, Any]) -> None:
         record_fine_tuning(folder, record)
 
 
+def set_config_fields(folder: Path, fields: dict[str, Any]) -> None:
+    """Write the recipe's `config` fields into `folder`'s config.json (sorted keys, as `save_pretrained` writes it)."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if any(config.get(name) != value for name, value in fields.items()):
+        write_atomically(folder / "config.json", json.dumps({**config, **fields}, indent=2, sort_keys=True) + "\n")
+
+
 def with_data(arguments: dict[str, Any], data_dir: Path) -> dict[str, Any]:
     return {k: packaged_data(v, data_dir) if k in DATA_ARGUMENTS else v for k, v in arguments.items()}
 
@@ -178,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{folder} is not built yet: run without --render-only first.")
         if not args.render_only:
             folder = build(name, recipe, args.work, args.overwrite)
+        set_config_fields(folder, recipe.get("config", {}))
         if "fine_tuning" in recipe:
             attach_fine_tuning(folder, recipe["fine_tuning"])
         card = model_card_for_folder(folder, recipe["repo_id"], **recipe.get("card", {}))

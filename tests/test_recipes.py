@@ -1,0 +1,48 @@
+"""The recipes of the published checkpoints (`conversions/*.json`) and the config fields `conversions/run.py` writes."""
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from transformers import BertConfig, Dinov2Config
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "conversions").glob("*.json"))
+SOURCE_CONFIGS = {"packaged:minilm": BertConfig, "packaged:dinov2-small": Dinov2Config}
+
+
+def load_runner():
+    spec = importlib.util.spec_from_file_location("conversions_run", ROOT / "conversions" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("recipe_path", RECIPES, ids=lambda path: path.stem)
+def test_a_recipe_sets_only_config_fields_its_source_has_and_its_card_says_why(recipe_path):
+    recipe = json.loads(recipe_path.read_text())
+    fields = recipe.get("config", {})
+    defaults = SOURCE_CONFIGS[recipe["source"]]()
+    notes = " ".join(recipe.get("card", {}).get("notes", []))
+    for name, value in fields.items():
+        assert hasattr(defaults, name), f"{recipe_path.name}: {name} is not a config field of its source"
+        assert isinstance(value, type(getattr(defaults, name))), f"{recipe_path.name}: {name}={value!r}"
+        assert f"`{name}`" in notes, f"{recipe_path.name}: the card's notes do not say why {name} is set"
+
+
+def test_config_fields_are_written_once_and_keep_every_other_field(tmp_path):
+    runner = load_runner()
+    config = {"model_type": "bert", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "norm_type": "dyt"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    fields = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    runner.set_config_fields(tmp_path, fields)
+    written = (tmp_path / "config.json").read_bytes()
+    assert json.loads(written) == {**config, **fields}
+    assert BertConfig.from_pretrained(tmp_path).hidden_dropout_prob == 0.0
+    inode = (tmp_path / "config.json").stat().st_ino
+    runner.set_config_fields(tmp_path, fields)  # already set: the file is not replaced
+    assert (tmp_path / "config.json").stat().st_ino == inode
+    assert hashlib.sha256((tmp_path / "config.json").read_bytes()).digest() == hashlib.sha256(written).digest()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
