@@ -646,12 +646,12 @@ def test_a_hub_dataset_is_loaded_with_the_token(monkeypatch):
     assert calls == [(("org/news", "default"), {"token": "hf_dataset-token-2024"})]
 
 
-def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_healed_with_it(
+def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_the_user_keeps_it(
     tiny_bert_dir, news_csv, tmp_path, caplog
 ):
-    """A LayerNorm BERT (dropout 0.1) fine-tuned as DyT is calibrated and trained without dropout, which it never
-    learned to absorb; the user's dropout or `normalization_free_defaults=False` wins; a DyT checkpoint healed with its
-    dropout keeps it; the from-scratch path is left alone."""
+    """A LayerNorm BERT (dropout 0.1) fine-tuned as DyT is calibrated and trained without dropout, and so is a DyT
+    checkpoint, converted or healed (with its dropout); the user's dropout or `normalization_free_defaults=False` wins;
+    the from-scratch path is left alone."""
     from hf_norms.conversion.convert import convert
     from hf_norms.conversion.healing import heal
 
@@ -682,9 +682,12 @@ def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_healed_
         progress=False,
     )
     caplog.clear()
+    assert json.loads((tmp_path / "dyt" / "conversion_report.json").read_text())["healing"]["student_dropout"]
     with caplog.at_level("WARNING"):
-        assert dropout("healed", model_name_or_path=str(tmp_path / "dyt"), norm_type=None) == (0.1, 0.1)
-    assert "keeping the config's dropout, the checkpoint was healed with it" in caplog.text
+        assert dropout("healed", model_name_or_path=str(tmp_path / "dyt"), norm_type=None) == (0.0, 0.0)
+    assert "fine-tuning without dropout" in caplog.text
+    healed = dict(model_name_or_path=str(tmp_path / "dyt"), norm_type=None, normalization_free_defaults=False)
+    assert dropout("healed-kept", **healed) == (0.1, 0.1)
     scratch = tiny_model_args("bert", "dyt", extra=",hidden_dropout_prob=0.1", minilm_dir=tiny_bert_dir)
     model = finetune(scratch, text_data(csv_path), training_args(tmp_path / "scratch", max_steps=1)).trainer.model
     assert model.config.hidden_dropout_prob == 0.1
