@@ -26,10 +26,10 @@ card to `repo_id` (endpoint from `--endpoint` or `HF_ENDPOINT`, token from HF_TO
 
 A recipe's `config` fields change what the checkpoint does when fine-tuned, not its weights: healing trains with the
 source's dropout, and the published config may then set the dropout its users fine-tune best with; the card's notes
-must say so and why. A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the benchmark on a build of
-this recipe) is written into the built checkpoint's report before its card is rendered; when the weights are not those
-it was measured on (their sha256 differs), its description says so. `--threads N` sets torch's intra-op threads
-(healing budgets are in CPU time: one thread spends it most efficiently).
+must say so and why. A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the
+benchmark on a build of this recipe) is written into the built checkpoint's report before its card is rendered; when
+the weights are not those it was measured on (their sha256 differs), its description says so. `--threads N` sets
+torch's intra-op threads (healing budgets are in CPU time: one thread spends it most efficiently).
 """
 
 from __future__ import annotations
