@@ -139,37 +139,35 @@ def onnx_token_norm(
         x - mu_h      = (x - mu_ln) + (1 - l_mu) (mu_ln - P_h x)
         var_h + eps   = l_var var_ln + (1 - l_var) max(P_h x^2 - (P_h x)^2, 0) + eps
 
-    Prefix tokens get ONNX's `LayerNormalization`.
+    Prefix tokens get ONNX's `LayerNormalization`. Every constant (shapes, axes, offsets, numbers) is passed as a
+    Python value, which the exporter turns into one Constant node per distinct value for the whole model: as Constant
+    nodes of their own, each DTN left some 20 unused ones after constant folding, and onnxscript's `SlicesSplit` rule
+    indexes every node of the graph for each node it tries (time quadratic in the node count; docs/speed.md).
     """
     from onnxscript import opset18 as op
 
     hidden, heads, p = weight.shape[0], mean_gate.shape[0], num_prefix_tokens
-    depth, ints = hidden // heads, functools.partial(onnx_ints, op)
-
-    def scalar(value):
-        return onnx_constant(op, value, hidden_states)
-
-    grid = op.Slice(hidden_states, ints(p), ints(np.iinfo(np.int64).max), ints(1))
-    x = op.Transpose(op.Reshape(grid, ints(0, rows, cols, heads, depth)), perm=[0, 3, 1, 2, 4])
-    mean_ln = op.ReduceMean(x, ints(1, 4), keepdims=1)  # [B, 1, rows, cols, 1]
+    depth = hidden // heads
+    grid = op.Slice(hidden_states, [p], [np.iinfo(np.int64).max], [1])
+    x = op.Transpose(op.Reshape(grid, [0, rows, cols, heads, depth]), perm=[0, 3, 1, 2, 4])
+    mean_ln = op.ReduceMean(x, [1, 4], keepdims=1)  # [B, 1, rows, cols, 1]
     centred = op.Sub(x, mean_ln)
-    var_ln = op.ReduceMean(op.Mul(centred, centred), ints(1, 4), keepdims=1)
+    var_ln = op.ReduceMean(op.Mul(centred, centred), [1, 4], keepdims=1)
     columns, row_mixing = onnx_mixing_matrices(op, position_weight, source_mask, hidden_states, p, rows, cols, heads)
     mixed = op.MatMul(columns, op.Concat(x, op.Mul(x, x), axis=-1))  # [B, H, rows, cols, 2D]
     if row_mixing is not None:
-        by_rows = op.MatMul(row_mixing, op.Reshape(mixed, ints(0, heads, rows, cols * 2 * depth)))
-        mixed = op.Reshape(by_rows, ints(0, heads, rows, cols, 2 * depth))
+        by_rows = op.MatMul(row_mixing, op.Reshape(mixed, [0, heads, rows, cols * 2 * depth]))
+        mixed = op.Reshape(by_rows, [0, heads, rows, cols, 2 * depth])
     mean_inter, square_inter = op.Split(mixed, num_outputs=2, axis=-1)
     var_inter = op.Relu(op.Sub(square_inter, op.Mul(mean_inter, mean_inter)))
-    mean_gate, var_gate = op.Reshape(mean_gate, ints(heads, 1, 1, 1)), op.Reshape(var_gate, ints(heads, 1, 1, 1))
-    one = scalar(1)
-    centred = op.Add(centred, op.Mul(op.Sub(mean_ln, mean_inter), op.Sub(one, mean_gate)))
-    var_eps = op.Add(op.Add(op.Mul(var_ln, var_gate), op.Mul(var_inter, op.Sub(one, var_gate))), scalar(eps))
+    mean_gate, var_gate = op.Reshape(mean_gate, [heads, 1, 1, 1]), op.Reshape(var_gate, [heads, 1, 1, 1])
+    centred = op.Add(centred, op.Mul(op.Sub(mean_ln, mean_inter), op.Sub(1.0, mean_gate)))
+    var_eps = op.Add(op.Add(op.Mul(var_ln, var_gate), op.Mul(var_inter, op.Sub(1.0, var_gate))), eps)
     tokens = op.Transpose(op.Div(centred, op.Sqrt(var_eps)), perm=[0, 2, 3, 1, 4])  # [B, rows, cols, H, D]
-    tokens = op.Add(op.Mul(op.Reshape(tokens, ints(0, -1, hidden)), weight), bias)
+    tokens = op.Add(op.Mul(op.Reshape(tokens, [0, -1, hidden]), weight), bias)
     if p == 0:
         return tokens
-    prefix = op.Slice(hidden_states, ints(0), ints(p), ints(1))
+    prefix = op.Slice(hidden_states, [0], [p], [1])
     prefix, _, _ = op.LayerNormalization(prefix, weight, bias, axis=-1, epsilon=eps)  # Y, mean, 1 / std
     return op.Concat(prefix, tokens, axis=1)
 
@@ -177,44 +175,27 @@ def onnx_token_norm(
 def onnx_mixing_matrices(op, position_weight, source_mask, hidden_states, p: int, rows: int, cols: int, heads: int):
     """`(P_cols, P_rows)` of `norm_dtn_formula.mixing_matrices` in ONNX, shaped to broadcast against `[B, H, rows,
     cols, 2D]`: `P_cols` `[H, 1, cols, cols]` (`[B, H, 1, cols, cols]` with `source_mask`), `P_rows` `[H, rows, rows]`
-    or None for one row. `cols` -1: the offsets come from the sequence length."""
-    ints = functools.partial(onnx_ints, op)
+    or None for one row. `cols` -1: the offsets come from the sequence length. With a static grid they depend on the
+    parameters only, and the exporter's constant folding turns them into initializers."""
 
     def coefficient(index):  # a_h[index] as [H, 1, 1]
-        return op.Reshape(op.Slice(position_weight, ints(index), ints(index + 1), ints(1)), ints(heads, 1, 1))
+        return op.Reshape(op.Slice(position_weight, [index], [index + 1], [1]), [heads, 1, 1])
 
-    def offsets(length):  # d = j - i, [length, length]
-        if length >= 0:
-            positions = np.arange(length)
-            return onnx_constant(op, positions[None, :] - positions[:, None], hidden_states)
-        length = op.Squeeze(op.Sub(op.Shape(hidden_states, start=1, end=2), ints(p)))
-        start, step = op.Constant(value_int=0), op.Constant(value_int=1)
-        positions = op.Cast(op.Range(start, length, step), to=hidden_states.dtype)
-        return op.Sub(op.Unsqueeze(positions, ints(0)), op.Unsqueeze(positions, ints(1)))
+    def axis_logits(length, linear):  # (linear + a_h2 d) d for d = j - i: [H, length, length]
+        if length >= 0:  # the offsets as one flat constant, the logits reshaped after the product
+            offsets = tuple(float(j - i) for i in range(length) for j in range(length))
+            logits = op.Mul(op.Add(linear, op.Mul(coefficient(2), offsets)), offsets)
+            return op.Reshape(logits, [heads, length, length])
+        length = op.Squeeze(op.Sub(op.Shape(hidden_states, start=1, end=2), [p]))
+        positions = op.Cast(op.Range(0, length, 1), to=hidden_states.dtype)
+        offsets = op.Sub(op.Unsqueeze(positions, [0]), op.Unsqueeze(positions, [1]))
+        return op.Mul(op.Add(linear, op.Mul(coefficient(2), offsets)), offsets)
 
-    def axis_mixing(length, linear):
-        d = offsets(length)
-        return op.Mul(op.Add(linear, op.Mul(coefficient(2), d)), d)
-
-    logits = axis_mixing(cols, coefficient(0))
+    logits = axis_logits(cols, coefficient(0))
     if source_mask is None:
-        columns = op.Unsqueeze(op.Softmax(logits, axis=-1), ints(1))
+        columns = op.Unsqueeze(op.Softmax(logits, axis=-1), [1])
     else:
-        keep = op.Unsqueeze(op.Cast(source_mask, to=9), ints(1, 2))  # BOOL, [B, 1, 1, cols]
-        lowest = onnx_constant(op, np.finfo(hidden_states.dtype.numpy()).min, hidden_states)
-        columns = op.Unsqueeze(op.Softmax(op.Where(keep, logits, lowest), axis=-1), ints(2))
-    if rows == 1:
-        return columns, None
-    return columns, op.Softmax(axis_mixing(rows, coefficient(1)), axis=-1)
-
-
-def onnx_ints(op, *values):
-    """A constant INT64 vector (shapes, axes, slice bounds)."""
-    return op.Constant(value_ints=list(values))
-
-
-def onnx_constant(op, value, like):
-    """`value` (a number or an array) as a constant of `like`'s dtype."""
-    from onnxscript import ir  # onnxscript's own onnx_ir, no dependency of ours
-
-    return op.Constant(value=ir.tensor(np.asarray(value, dtype=like.dtype.numpy())))
+        keep = op.Unsqueeze(op.Cast(source_mask, to=9), [1, 2])  # BOOL, [B, 1, 1, cols]
+        lowest = float(np.finfo(hidden_states.dtype.numpy()).min)
+        columns = op.Unsqueeze(op.Softmax(op.Where(keep, logits, lowest), axis=-1), [2])
+    return columns, None if rows == 1 else op.Softmax(axis_logits(rows, coefficient(1)), axis=-1)

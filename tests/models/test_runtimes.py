@@ -176,3 +176,27 @@ def test_a_second_copy_of_the_dtn_export_module_takes_its_own_operator_name():
 
     assert norm_dtn_export.OPERATOR_NAME == "hf_norms::dynamic_token_norm"
     assert norm_dtn_export.free_operator_name() == "hf_norms::dynamic_token_norm_1"
+
+
+def onnx_constant_nodes(norm_type: str, num_hidden_layers: int) -> int:
+    """Constant nodes in the dynamo ONNX export of a tiny DINOv2 before the exporter's optimiser runs."""
+    model = hf_norms.Dinov2NormModel(tiny_config("dinov2", norm_type, num_hidden_layers=num_hidden_layers)).eval()
+    config = model.config
+    pixels = torch.randn(2, 3, config.image_size, config.image_size)
+    program = torch.onnx.export(
+        model, (pixels,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},), dynamo=True, verbose=False, optimize=False
+    )
+    return sum(node.op_type == "Constant" for node in program.model.graph)
+
+
+@pytest.mark.slow
+def test_dtn_onnx_translations_share_their_constants_across_the_model():
+    """Each DTN's translation passes its shapes, axes, offsets and numbers as Python values, which the exporter holds
+    once per model: two more layers (four more DTNs) add the Constant nodes they add to the layernorm model and no
+    more. (As Constant nodes of their own, 35 per DTN, most of them unused after folding, made onnxscript's
+    quadratic `SlicesSplit` rule the largest part of DTN's export time; docs/speed.md.)"""
+    added = {
+        norm_type: onnx_constant_nodes(norm_type, 3) - onnx_constant_nodes(norm_type, 1)
+        for norm_type in ("layernorm", "dtn")
+    }
+    assert added["dtn"] == added["layernorm"], added
