@@ -301,13 +301,16 @@ def run_finetune(arguments: list[str]) -> int:
         parser = finetune_help_parser()
         parser.print_help()
         parser.exit()
-    from . import register_auto_classes
-    from .training.finetune import main
+    with handled_errors("hf-norms finetune") as outcome:  # importing transformers takes seconds: a Ctrl-C may come
+        from . import register_auto_classes
+        from .training.finetune import main
 
-    if "--help-all" in arguments:
-        return main(["--help"])
-    register_auto_classes()
-    return main(arguments)
+        if "--help-all" in arguments:
+            outcome.status = main(["--help"])
+        else:
+            register_auto_classes()
+            outcome.status = main(arguments)
+    return outcome.status
 
 
 def finetune_help_parser() -> argparse.ArgumentParser:

@@ -76,6 +76,8 @@ def claim_folder(
             f"Another hf-norms {earlier.command} run (process {earlier.pid}) is writing into {path} now; wait for it "
             "to finish, or choose another folder."
         )
+    if earlier is not None and [entry.name for entry in path.iterdir()] == [MARKER_NAME]:
+        return ClaimedFolder(path, command, None, frozenset())  # a run stopped before it wrote anything: start afresh
     if earlier is not None and not (resume or overwrite):
         raise OutputFolderError(
             f"{what} {path} holds an earlier hf-norms {earlier.command} run; pass {resume_flag} to continue it, "

@@ -24,6 +24,7 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from ..conversion.checkpoint_io import (
     ConversionError,
+    check_config_values,
     check_model_fits,
     check_size_fields,
     check_source_config,
@@ -86,7 +87,9 @@ def model_family(model_type: str) -> str:
 
 def apply_config_overrides(config: PreTrainedConfig, overrides: str | None) -> None:
     """Set the `key=value,key=value` fields of `config`, each parsed like its current value (bool, int, float, string;
-    int, float or string where it is None), then run the config's own validation. Raises `FinetuneInputError`."""
+    int, float or string where it is None), then run the config's own validation and the value checks every
+    checkpoint's config gets (`check_config_values`: sizes, dropout probabilities in [0, 1), ...), so that a value no
+    model trains with is refused before anything is created. Raises `FinetuneInputError`."""
     try:
         for item in overrides.split(",") if overrides else ():
             key, separator, text = item.partition("=")
@@ -101,6 +104,10 @@ def apply_config_overrides(config: PreTrainedConfig, overrides: str | None) -> N
                 raise FinetuneInputError(f"config_overrides: {key}={text!r}: {error}") from None
             setattr(config, key, value)
         config.validate()
+        if overrides:
+            check_config_values(config.to_dict(), "--config_overrides")
+    except ConversionError as error:
+        raise FinetuneInputError(str(error)) from None
     except (ValueError, StrictDataclassError) as error:
         if isinstance(error, FinetuneInputError):
             raise

@@ -247,6 +247,21 @@ def finetune_args(source: Path, data: Path, output: Path | str, *extra: str) -> 
             "--max_seq_length", "16", *extra]  # fmt: skip
 
 
+def test_a_folder_a_stopped_run_left_holding_only_its_marker_is_claimed_afresh(tmp_path):
+    """A run stopped (Ctrl-C, an error) before it wrote anything leaves the folder and its marker: there is nothing to
+    resume or to protect, so the next run takes it without --resume or --overwrite; once a file is recorded, not."""
+    folder = tmp_path / "run"
+    claim_folder(folder, command="finetune").take()
+    assert [entry.name for entry in folder.iterdir()] == [MARKER_NAME]
+    claimed = claim_folder(folder, command="finetune")
+    assert claimed.earlier is None and claimed.foreign == frozenset()
+    claimed.take()
+    (folder / "config.json").write_text("{}")
+    claimed.record()
+    with pytest.raises(OutputFolderError, match="holds an earlier hf-norms finetune run"):
+        claim_folder(folder, command="finetune")
+
+
 def test_finetune_never_writes_into_its_source_its_data_or_the_working_directory(
     tiny_bert_dir, news_csv, tmp_path, monkeypatch, capsys
 ):

@@ -691,3 +691,19 @@ def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_the_use
     scratch = tiny_model_args("bert", "dyt", extra=",hidden_dropout_prob=0.1", minilm_dir=tiny_bert_dir)
     model = finetune(scratch, text_data(csv_path), training_args(tmp_path / "scratch", max_steps=1)).trainer.model
     assert model.config.hidden_dropout_prob == 0.1
+
+
+@pytest.mark.parametrize("value", ["1", "nan", "-1", "1.5", "inf"])
+def test_a_dropout_override_no_model_trains_with_is_refused_before_training(value, tiny_bert_dir, news_csv, tmp_path):
+    """`--config_overrides` values get the checks a checkpoint's config gets (here: a probability in [0, 1)); dropout
+    1 trained a constant model and NaN failed mid-run, leaving a folder behind."""
+    csv_path = news_csv("news_override", {"text": lambda i, t, label: t, "label": lambda i, t, label: label})
+    model_args = ModelArguments(
+        model_name_or_path=str(tiny_bert_dir), norm_type="dyt", config_overrides=f"hidden_dropout_prob={value}"
+    )
+    assert_fails_before_training(
+        model_args,
+        text_data(csv_path),
+        tmp_path / "out",
+        r"--config_overrides: hidden_dropout_prob must be a probability",
+    )
