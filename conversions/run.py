@@ -47,9 +47,11 @@ import torch
 from PIL import Image
 
 from hf_norms import packaged
+from hf_norms.conversion.checkpoint_io import ConversionError, check_config_values, read_json_object
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.healing import heal
 from hf_norms.conversion.report import read_report, record_fine_tuning
+from hf_norms.errors import handled_errors
 from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import push_to_hub
 
@@ -140,10 +142,33 @@ def attach_fine_tuning(folder: Path, record: dict[str, Any]) -> None:
 
 
 def set_config_fields(folder: Path, fields: dict[str, Any]) -> None:
-    """Write the recipe's `config` fields into `folder`'s config.json (sorted keys, as `save_pretrained` writes it)."""
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if any(config.get(name) != value for name, value in fields.items()):
-        write_atomically(folder / "config.json", json.dumps({**config, **fields}, indent=2, sort_keys=True) + "\n")
+    """Write the recipe's `config` fields into `folder`'s config.json (sorted keys, as `save_pretrained` writes it).
+
+    A recipe changes values, never adds fields: each must be in config.json already, with a value of the same kind
+    (a number for a number, a bool for a bool, ...), and the result must pass the checks every checkpoint's config gets
+    (`check_config_values`: dropout probabilities in [0, 1), ...); otherwise a `ConversionError` and nothing written."""
+    path = folder / "config.json"
+    config = read_json_object(path, "rebuild the checkpoint with --overwrite")
+    for name, value in fields.items():
+        if name not in config or not same_kind(value, config[name]):
+            raise ConversionError(
+                f"{path}: the recipe sets {name}={value!r}, but the checkpoint's config "
+                + (f"has {name}={config[name]!r}" if name in config else f"has no {name}")
+                + "; a recipe may only change the value of a field the config has, keeping its kind."
+            )
+    updated = {**config, **fields}
+    check_config_values(updated, path)
+    if updated != config:
+        write_atomically(path, json.dumps(updated, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def same_kind(value: Any, current: Any) -> bool:
+    """Whether `value` may replace `current` in a config: numbers for numbers (not bools), else the same JSON type."""
+
+    def kind(v):
+        return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v)
+
+    return current is None or kind(value) == kind(current)
 
 
 def with_data(arguments: dict[str, Any], data_dir: Path) -> dict[str, Any]:
@@ -179,25 +204,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    names = args.names or sorted(p.stem for p in RECIPES.glob("*.json"))
-    CARDS.mkdir(exist_ok=True)
-    for name in names:
-        recipe = load_recipe(name)
-        folder = args.work / name
-        if args.render_only and not folder.is_dir():
-            raise SystemExit(f"{folder} is not built yet: run without --render-only first.")
-        if not args.render_only:
-            folder = build(name, recipe, args.work, args.overwrite)
-        set_config_fields(folder, recipe.get("config", {}))
-        if "fine_tuning" in recipe:
-            attach_fine_tuning(folder, recipe["fine_tuning"])
-        card = model_card_for_folder(folder, recipe["repo_id"], **recipe.get("card", {}))
-        (CARDS / f"{name}.md").write_text(str(card), encoding="utf-8")
-        logging.info("%s: card written to %s", name, CARDS / f"{name}.md")
-        if args.push:
-            commit = push_to_hub(folder, recipe["repo_id"], endpoint=args.endpoint, **recipe.get("card", {}))
-            logging.info("%s: pushed to %s (commit %s)", name, recipe["repo_id"], commit.oid)
-    return 0
+    with handled_errors("conversions/run.py") as outcome:
+        names = args.names or sorted(p.stem for p in RECIPES.glob("*.json"))
+        CARDS.mkdir(exist_ok=True)
+        for name in names:
+            recipe = load_recipe(name)
+            folder = args.work / name
+            if args.render_only and not folder.is_dir():
+                raise SystemExit(f"{folder} is not built yet: run without --render-only first.")
+            if not args.render_only:
+                folder = build(name, recipe, args.work, args.overwrite)
+            set_config_fields(folder, recipe.get("config", {}))
+            if "fine_tuning" in recipe:
+                attach_fine_tuning(folder, recipe["fine_tuning"])
+            card = model_card_for_folder(folder, recipe["repo_id"], **recipe.get("card", {}))
+            (CARDS / f"{name}.md").write_text(str(card), encoding="utf-8")
+            logging.info("%s: card written to %s", name, CARDS / f"{name}.md")
+            if args.push:
+                commit = push_to_hub(folder, recipe["repo_id"], endpoint=args.endpoint, **recipe.get("card", {}))
+                logging.info("%s: pushed to %s (commit %s)", name, recipe["repo_id"], commit.oid)
+
+    return outcome.status
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import hashlib
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,34 @@ def test_config_fields_are_written_once_and_keep_every_other_field(tmp_path):
     assert (tmp_path / "config.json").stat().st_ino == inode
     assert hashlib.sha256((tmp_path / "config.json").read_bytes()).digest() == hashlib.sha256(written).digest()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"no_such_field": 1}, "has no no_such_field"),
+        ({"hidden_dropout_prob": "0.0"}, "has hidden_dropout_prob=0.1"),
+        ({"hidden_dropout_prob": True}, "has hidden_dropout_prob=0.1"),
+        ({"hidden_dropout_prob": 1.0}, "must be a probability in [0, 1)"),
+        ({"hidden_dropout_prob": float("nan")}, "must be a probability in [0, 1)"),
+        ({"attention_probs_dropout_prob": -1}, "must be a probability in [0, 1)"),
+    ],
+)
+def test_config_fields_no_model_can_use_are_refused_in_one_line_and_nothing_is_written(tmp_path, fields, says):
+    runner = load_runner()
+    config = {"model_type": "bert", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    before = (tmp_path / "config.json").read_bytes()
+    with pytest.raises(runner.ConversionError, match=re.escape(says)):
+        runner.set_config_fields(tmp_path, fields)
+    assert (tmp_path / "config.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def test_a_config_that_is_not_a_json_object_is_one_line_naming_the_file(tmp_path):
+    runner = load_runner()
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(runner.ConversionError, match=r"config\.json holds a JSON list, not an object"):
+        runner.set_config_fields(tmp_path, {"hidden_dropout_prob": 0.0})
+    with pytest.raises(runner.ConversionError, match="is not valid JSON"):
+        runner.set_config_fields(tmp_path / "missing", {"hidden_dropout_prob": 0.0})
