@@ -153,7 +153,7 @@ def build_config(model_args: ModelArguments, family: str, label_names: list[str]
             config = config_class.from_pretrained(model_args.model_name_or_path, token=model_args.token, **options)
         else:
             config = config_class(**options)
-    except ValueError as error:
+    except (ValueError, StrictDataclassError) as error:  # a field of the wrong type in config.json
         raise FinetuneInputError(f"Invalid model config: {error}") from error
     apply_config_overrides(config, model_args.config_overrides)
     normalization_free_choices(config, model_args)
