@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .hub.server import HubServer
-from .output_folders import ClaimedFolder, Marker, OutputFolderError, claim_folder
+from .output_folders import OutputFolderError, claim_folder, made_by_hf_norms
 
 DEMO_ORG = "hf-norms-demo"
 DEMO_TOKEN = "hf_norms_demo_token"
-DEMO_WRITES = ("hub", "hf_home", "*.txt", "*.inputs.pt", "all-MiniLM-L6-v2-*", "dinov2-small-*")  # in --workdir
 
 BLOCK_HF_NORMS = textwrap.dedent(
     """
@@ -159,7 +158,7 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
 
     transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()
-    claimed = claim_demo_folder(workdir)
+    claim_demo_folder(workdir)
     hub = None if endpoint else HubServer(workdir / "hub").start()
     endpoint = endpoint or hub.url
     try:
@@ -204,12 +203,11 @@ def run_demo(workdir: Path, endpoint: str | None) -> int:
     finally:
         if hub is not None:
             hub.stop()
-        claimed.record()
 
 
-def claim_demo_folder(workdir: Path) -> ClaimedFolder:
-    """The demo's folder: a new or empty one, or one an earlier demo wrote (`output_folders.claim_folder`)."""
-    earlier = Marker.read(workdir) if workdir.is_dir() else None
-    if earlier is not None and earlier.command != "demo":
-        raise OutputFolderError(f"--workdir {workdir} holds an hf-norms {earlier.command} run; give a new folder.")
-    return claim_folder(workdir, command="demo", writes=DEMO_WRITES, resume=True, what="--workdir").take()
+def claim_demo_folder(workdir: Path) -> None:
+    """The demo's folder: a new or empty one, or one an earlier demo wrote, which is moved aside
+    (`output_folders.claim_folder`)."""
+    if workdir.is_dir() and any(workdir.iterdir()) and not made_by_hf_norms(workdir, "demo"):
+        raise OutputFolderError(f"--workdir {workdir} is not empty and no earlier demo made it; give a new folder.")
+    claim_folder(workdir, command="demo", overwrite=True, what="--workdir").take()

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..output_folders import move_aside
+
+logger = logging.getLogger(__name__)
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -475,6 +479,40 @@ def check_trainer_checkpoint(checkpoint: Path, model) -> None:
     optimizer = checkpoint / "optimizer.pt"
     if optimizer.exists() and not zipfile.is_zipfile(optimizer):
         raise ConversionError(f"{optimizer} is truncated or corrupt; {fix}.")
+
+
+def trainer_checkpoints(folder: Path) -> dict[int, Path]:
+    """The Trainer checkpoint folders (`checkpoint-N`, not links) in `folder`, by step."""
+    return {int(path.name.split("-")[1]): path for path in folder.glob("checkpoint-*")
+            if re.fullmatch(r"checkpoint-\d+", path.name) and path.is_dir() and not path.is_symlink()}  # fmt: skip
+
+
+def last_complete_checkpoint(folder: Path, model) -> Path | None:
+    """The newest Trainer checkpoint in `folder` that `model` can resume from (`check_trainer_checkpoint`), passing
+    over newer ones that fail the check (saves a killed run did not finish); None when there is none. When none
+    passes, the newest one's reason is raised."""
+    checkpoints = trainer_checkpoints(folder)
+    newest_error = None
+    for step in sorted(checkpoints, reverse=True):
+        try:
+            check_trainer_checkpoint(checkpoints[step], model)
+        except ConversionError as error:
+            newest_error = newest_error or error
+            continue
+        return checkpoints[step]
+    if newest_error is not None:
+        raise newest_error
+    return None
+
+
+def set_aside_newer_checkpoints(checkpoint: Path) -> None:
+    """Move the checkpoints beside `checkpoint` with a later step (those `last_complete_checkpoint` passed over) aside,
+    out of the Trainer's sight: its rotation would keep them as the most recent and delete what this run saves."""
+    step = int(checkpoint.name.split("-")[1])
+    for later, path in sorted(trainer_checkpoints(checkpoint.parent).items()):
+        if later > step:
+            logger.warning("%s is not a complete checkpoint (an interrupted save); resuming from %s", path, checkpoint)
+            move_aside(path, f"interrupted-{path.name}")
 
 
 def _tied_names(model) -> dict[str, set[str]]:

@@ -403,11 +403,11 @@ def convert(
     report["source_revision"] = checkpoint.revision
     with planned.staged("convert") as staging:
         if weights:
-            save_like_source(student, processor, staging.path, weights)
+            save_like_source(student, processor, staging, weights)
         else:
-            save_checkpoint(student, processor, staging.path)
-        copy_sentence_transformers_files(checkpoint.path, staging.path)
-        write_report(staging.path, report)
+            save_checkpoint(student, processor, staging)
+        copy_sentence_transformers_files(checkpoint.path, staging)
+        write_report(staging, report)
     return report
 
 

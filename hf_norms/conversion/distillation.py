@@ -232,8 +232,8 @@ class TimeLimit(TrainerCallback):
 
 
 class EveryProcessSaved(TrainerCallback):
-    """At each checkpoint, wait until every process has written its part of it (its RNG state), so that the main
-    process records the files of a whole checkpoint as heal's (`record_on_save`)."""
+    """At each checkpoint, wait until every process has written its part of it (its RNG state): a checkpoint is whole
+    before the main process goes on (and, at the end, removes the work folder)."""
 
     def __init__(self, processes: Processes):
         self.processes = processes

@@ -36,30 +36,27 @@ import torch
 import transformers
 from torch import nn
 from transformers import TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..errors import require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..output_folders import (
     ClaimedFolder,
-    Marker,
     PlannedOutput,
     check_output_location,
     checkpoint_files,
     claim_folder,
     copy_checkpoint_files,
-    foreign_entries,
-    record_on_save,
-    remove_written_files,
+    made_by_hf_norms,
     resolved,
 )
 from .checkpoint_io import (
     ConversionError,
     check_model_fits,
     check_source_config,
-    check_trainer_checkpoint,
     check_weights,
+    last_complete_checkpoint,
     resolve_source,
+    set_aside_newer_checkpoints,
 )
 from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
 from .data import (
@@ -199,17 +196,18 @@ def heal(
                                evaluation)  # fmt: skip
     teacher_model = load_teacher(source, source_model)
     train_examples = training_dataset(examples, processor, max_length, seed)
-    resumed_from = resume_checkpoint(places.work, student) if resume else None
-    work = processes.on_main(lambda: places.claim_work(resume))
+    checkpoint = last_complete_checkpoint(places.work, student) if resume and places.work.is_dir() else None
+    work = processes.on_main(lambda: places.claim_work(checkpoint, resume))
+    resumed_from = int(checkpoint.name.split("-")[1]) if checkpoint else None
     started, cpu_started = time.perf_counter(), time.process_time()
     weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
                "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
     bf16 = use_bf16(bf16, target)
     steps, teacher_record = train(
-        student, teacher_model, processor, train_examples, places.work, work, modality=source_model.modality,
+        student, teacher_model, processor, train_examples, places.work, modality=source_model.modality,
         device=target, processes=processes, max_steps=max_steps, budget=TimeBudget(max_minutes, max_cpu_minutes),
         batch_size=batch_size, learning_rate=learning_rate, warmup_steps=warmup_steps, save_steps=save_steps,
-        loss_weights=weights, bf16=bf16, resume=resume, progress=progress, seed=seed, student_dropout=student_dropout,
+        loss_weights=weights, bf16=bf16, resume_from=checkpoint, progress=progress, seed=seed, student_dropout=student_dropout,
         probe_batch=encode_batches(processor, evaluation, batch_size, max_length)[0],
     )  # fmt: skip
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
@@ -227,7 +225,7 @@ def heal(
         }  # fmt: skip
         _save_healed(student, processor, folder, places, report)
         if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
-            remove_written_files(work.path)
+            work.remove_what_this_run_made()
     return processes.from_main(report if processes.is_main else None)
 
 
@@ -310,21 +308,20 @@ class HealingPlaces:
     def check(cls, folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
               **other_data) -> HealingPlaces:  # fmt: skip
         """Refuse, before anything is trained, an output or work folder that overlaps the folder, each other, the
-        teacher, the data, the working directory or the home folder; an existing output hf-norms did not write (or,
-        healing in place, one it did not write the files of, which are then kept); and a work folder heal did not make
-        (or, with `resume`, none at all)."""
+        teacher, the data, the working directory or the home folder; an existing output hf-norms did not make; and a
+        work folder heal did not make (or, with `resume`, none at all)."""
         protected = {"the teacher": source.path,
                      **data_places(data=data, evaluation_data=evaluation_data, **other_data)}  # fmt: skip
         checkpoint_files(folder)  # its files are copied to the output: refuse a link out of it before training
         if output is None or resolved(Path(output)) == folder:
-            planned = PlannedOutput.check(folder, True, protected, carry_user_files=True)
+            planned = PlannedOutput.check(folder, True, protected)  # healed in place: the folder is moved aside
         else:
             planned = PlannedOutput.check(output, overwrite, {**protected, "the converted folder": folder})
         work = folder.parent / f".{folder.name}.healing" if work_dir is None else Path(work_dir)
         work = check_output_location(
             work, {**protected, "the converted folder": folder, "the output": planned.target}, what="Work folder"
         )
-        if work.exists() and Marker.read(work) is None:
+        if work.exists() and any(work.iterdir()) and not made_by_hf_norms(work, "heal"):
             raise ConversionError(
                 f"Work folder {work} exists and was not made by hf-norms heal; give a new folder (heal creates it)."
             )
@@ -332,12 +329,13 @@ class HealingPlaces:
             raise ConversionError(f"--resume: there is no work folder {work} to continue from.")
         return cls(folder, planned, work, {**protected, "the converted folder": folder, "the output": planned.target})
 
-    def claim_work(self, resume: bool) -> ClaimedFolder:
-        """The work folder, claimed for this run; started over (what heal wrote in it removed) unless `resume`."""
-        if self.work.exists() and not resume:
-            remove_written_files(self.work)
-        return claim_folder(self.work, command="heal", protected=self.protected, writes=("checkpoint-*",),
-                            resume=True, what="Work folder").take()  # fmt: skip
+    def claim_work(self, checkpoint: Path | None, resume: bool) -> ClaimedFolder:
+        """The work folder, claimed for this run: an earlier heal's is continued with `resume` (from `checkpoint`:
+        later, incomplete ones are set aside), else moved aside."""
+        if checkpoint is not None:
+            set_aside_newer_checkpoints(checkpoint)
+        return claim_folder(self.work, command="heal", protected=self.protected, overwrite=True, resume=resume,
+                            what="Work folder").take()  # fmt: skip
 
 
 def healing_examples(
@@ -367,16 +365,6 @@ def _same_path(data: Any, path: str) -> bool:
     return isinstance(data, (str, Path)) and Path(data).resolve() == Path(path).resolve()
 
 
-def resume_checkpoint(work: Path, student: nn.Module) -> int | None:
-    """The step of the newest Trainer checkpoint in `work`, after checking it holds this student's weights and a
-    readable training state (`check_trainer_checkpoint`); None when there is none."""
-    last = get_last_checkpoint(str(work)) if work.is_dir() else None
-    if last is None:
-        return None
-    check_trainer_checkpoint(Path(last), student)
-    return int(Path(last).name.split("-")[-1])
-
-
 def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> tuple[Examples, str | None]:
     """The report's evaluation examples when they can be reloaded (returns their source too), else `evaluation_data`."""
     recorded = report["evaluation"]
@@ -398,7 +386,6 @@ def train(
     processor,
     examples,
     work_path: Path,
-    work: ClaimedFolder | None,
     *,
     modality: str,
     device: torch.device,
@@ -411,14 +398,14 @@ def train(
     save_steps: int,
     loss_weights: dict[str, float],
     bf16: bool,
-    resume: bool,
+    resume_from: Path | None,
     progress: bool,
     seed: int,
     probe_batch: dict,
     student_dropout: bool = True,
 ) -> tuple[int, dict[str, Any]]:
     """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints
-    in `work_path` (`work`: the claimed work folder, in the main process only), the student in training mode (with its
+    in `work_path`, resuming from the checkpoint `resume_from` when given, the student in training mode (with its
     config's dropout, or none when `student_dropout` is False). The Trainer places the student on `device` (under a
     launcher, this process's GPU) and shards the data over the `processes`; the teacher follows the student
     (`devices.training_teacher`, checked on `probe_batch`). Returns the number of optimizer steps done in total and
@@ -460,10 +447,9 @@ def train(
         **loss_weights,
         train_dataset=examples,
         data_collator=collator,
-        callbacks=[TimeLimit(budget), EveryProcessSaved(processes), *([record_on_save(work)] if work else [])],
+        callbacks=[TimeLimit(budget), EveryProcessSaved(processes)],
     )
-    resumable = resume and get_last_checkpoint(str(work_path)) is not None
-    trainer.train(resume_from_checkpoint=True if resumable else None)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     student.eval()
     return trainer.state.global_step, teacher_record
 
@@ -477,10 +463,9 @@ def _disable_dropout(model: nn.Module) -> None:
 
 
 def _save_healed(student: nn.Module, processor, folder: Path, places: HealingPlaces, report: dict) -> None:
-    """Write the healed checkpoint to the output, replacing it only when complete. The folder's other files are
-    copied along (never through a link out of it), and those the user wrote stay the user's."""
+    """Write the healed checkpoint to the output when complete (an earlier one there is moved aside). The folder's
+    other files are copied along (never through a link out of it)."""
     with places.output.staged("heal") as staging:
-        copy_checkpoint_files(folder, staging.path)
-        staging.kept.update(foreign_entries(folder))
-        save_checkpoint(student, processor, staging.path)
-        write_report(staging.path, report)
+        copy_checkpoint_files(folder, staging)
+        save_checkpoint(student, processor, staging)
+        write_report(staging, report)

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from .ownership import MARKER_NAME
+from .markers import MARKER_NAME
 from .places import OutputFolderError, resolved
 
 

@@ -1,5 +1,6 @@
-"""Outputs built whole: a marked staging folder beside the target, moved into place when complete and only when the
-target is still what the run saw at its start; one run per output; the remains of killed runs removed."""
+"""Outputs built whole (`convert`, `heal`): built in a staging folder this run creates beside the target, and moved
+into place when complete, only while the target is still what the run saw at its start. An earlier output at the
+target is moved aside (`move_aside`), never deleted; one run per output."""
 
 from __future__ import annotations
 
@@ -11,59 +12,42 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from .ownership import Marker, check_replaceable, foreign_entries, written_files
+from .markers import Marker, made_by_hf_norms
 from .places import OutputFolderError, check_output_location
 
 logger = logging.getLogger(__name__)
 
 STAGING_INFIX = ".hf-norms-staging"
-# What earlier hf-norms releases left beside an output when killed: `.<name>.tmp-XXXXXXXX`, `.<name>.old-XXXXXXXX`
-# (tempfile.mkdtemp) and `.<name>.healed-<nanoseconds>`.
-LEGACY_STAGING = r"\.(?:tmp|old)-[a-z0-9_]{8}|\.healed-\d+"
 
 
-def make_marked_folder(path: Path | None = None, *, prefix: str = "", parent: Path | None = None,
-                       command: str = "staging") -> Path:  # fmt: skip
-    """Create `path` (or a new folder named `prefix<random>` in `parent`) with a marker naming this run."""
-    if path is None:
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    else:
-        path.mkdir(parents=True)
+def staging_folder(target: Path, command: str) -> Path:
+    """A new staging folder beside `target`, marked as this run's."""
+    path = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING_INFIX}.", dir=target.parent))
     path.chmod(0o755)
     Marker.new(command).write(path)
     return path
 
 
-def staging_folder(target: Path, command: str = "staging") -> Path:
-    """A new marked staging folder beside `target`."""
-    return make_marked_folder(prefix=f".{target.name}{STAGING_INFIX}.", parent=target.parent, command=command)
-
-
 def staging_folders(target: Path) -> Iterator[tuple[Path, Marker | None]]:
-    """The staging folders beside `target` (of this release, and of earlier ones), with their markers."""
-    if not target.parent.is_dir():
-        return
-    name = re.escape(target.name)
-    pattern = re.compile(rf"\.{name}(?:{re.escape(STAGING_INFIX)}\.[A-Za-z0-9_]+|{LEGACY_STAGING})")
+    """The staging folders beside `target`, with their markers."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}{re.escape(STAGING_INFIX)}\.[A-Za-z0-9_]+")
     for candidate in target.parent.iterdir():
         if pattern.fullmatch(candidate.name) and candidate.is_dir() and not candidate.is_symlink():
             yield candidate, Marker.read(candidate)
 
 
-def remove_abandoned_staging(target: Path) -> list[Path]:
-    """Remove the staging folders that killed runs left beside `target`; returns them (each is logged)."""
-    removed = []
-    for candidate, marker in staging_folders(target):
-        legacy = STAGING_INFIX not in candidate.name
-        if (legacy and marker is None) or (not legacy and marker is not None and not marker.run_is_alive()):
-            shutil.rmtree(candidate)
-            logger.warning("Removed %s, the staging folder of an interrupted run on %s.", candidate, target)
-            removed.append(candidate)
-    return removed
+def note_abandoned_staging(target: Path) -> list[Path]:
+    """Say (one line each) which staging folders beside `target` interrupted runs left; they are not deleted (another
+    run wrote them) and do not stop this run. Returns them."""
+    abandoned = [path for path, marker in staging_folders(target) if marker is None or not marker.run_is_alive()]
+    for path in abandoned:
+        logger.warning("%s was left by an interrupted hf-norms run; it is not used: remove it to free its space.", path)
+    return abandoned
 
 
 def refuse_concurrent_runs(target: Path, ours: Path) -> None:
@@ -79,67 +63,71 @@ def refuse_concurrent_runs(target: Path, ours: Path) -> None:
             )
 
 
-@dataclass
-class Staging:
-    """A staging folder (`path`) and the files copied into it that the user wrote (`kept`: they stay the user's)."""
+def move_aside(path: Path, stem: str | None = None) -> Path:
+    """Rename `path` to a new sibling `stem-YYYYMMDD-HHMMSS[-N]` (default stem: `NAME.replaced`), say so in one line,
+    and return it."""
+    stem = f"{stem or path.name + '.replaced'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for attempt in range(1, 1000):
+        aside = path.with_name(stem if attempt == 1 else f"{stem}-{attempt}")
+        try:
+            rename_no_replace(path, aside)
+        except FileExistsError:
+            continue
+        logger.warning("Moved %s to %s (hf-norms never deletes it); remove it once not needed.", path, aside)
+        return aside
+    raise OutputFolderError(f"{path} cannot be moved aside: too many {stem}-N entries exist; remove some.")
 
-    path: Path
-    kept: set[str] = field(default_factory=set)
+
+def check_replaceable(target: Path, overwrite: bool) -> None:
+    """Refuse an existing `target` unless `overwrite` and it is empty or hf-norms made it (it is then moved aside)."""
+    if not target.exists():
+        return
+    if not overwrite:
+        raise OutputFolderError(
+            f"Output {target} already exists; pass --overwrite (overwrite=True) to move it aside and write a new one."
+        )
+    if any(target.iterdir()) and not made_by_hf_norms(target):
+        raise OutputFolderError(
+            f"Output {target} exists and hf-norms did not write it, so --overwrite does not move it aside; choose a "
+            "new folder, or move it away yourself."
+        )
 
 
 @dataclass(frozen=True)
 class PlannedOutput:
-    """An output folder checked when a run starts (`check`), built later in a staging folder (`staged`).
-
-    `seen` is what was at the target then ((device, inode), or None); `carried` are the user's files in it that the run
-    copies into what replaces it (healing a folder in place keeps them).
-    """
+    """An output folder checked when a run starts (`check`), built later in a staging folder (`staged`); `seen` is
+    what was at the target then ((device, inode), or None)."""
 
     target: Path
     overwrite: bool
     protected: Mapping[str, Path | None]
     seen: tuple[int, int] | None
-    carried: frozenset[str]
 
     @classmethod
-    def check(cls, output: str | os.PathLike, overwrite: bool, protected: Mapping[str, Path | None] = {},
-              carry_user_files: bool = False) -> PlannedOutput:  # fmt: skip
-        """Refuse a protected place (`check_output_location`) or an existing folder that may not be replaced
-        (`check_replaceable`, the user's files allowed when `carry_user_files`)."""
+    def check(
+        cls, output: str | os.PathLike, overwrite: bool, protected: Mapping[str, Path | None] = {}
+    ) -> PlannedOutput:
+        """Refuse a protected place (`check_output_location`) or an existing folder that may not be replaced."""
         target = check_output_location(Path(output), protected)
-        carried = frozenset(foreign_entries(target) if carry_user_files and target.is_dir() else ())
-        check_replaceable(target, overwrite, carried)
-        return cls(target, overwrite, dict(protected), folder_identity(target), carried)
+        check_replaceable(target, overwrite)
+        return cls(target, overwrite, dict(protected), folder_identity(target))
 
     @contextlib.contextmanager
-    def staged(self, command: str) -> Iterator[Staging]:
-        """Yield an empty `Staging` folder beside the target; on success it replaces the target, on error it is removed.
-
-        Leftovers of killed runs on the same output are removed first, and this run stops when another live run on the
-        same output started before it. At the end, the files in the staging folder (but the `kept` ones) are recorded
-        in its marker, and it moves into place (`move_into_place`).
-        """
+    def staged(self, command: str) -> Iterator[Path]:
+        """Yield a new staging folder beside the target; on success it moves into place (`move_into_place`), on an
+        error it is removed (this run made it). This run stops first when another live run on the same output started
+        before it; staging folders interrupted runs left are named, not touched."""
         check_output_location(self.target, self.protected)
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        remove_abandoned_staging(self.target)
-        staging = Staging(staging_folder(self.target, command))
+        note_abandoned_staging(self.target)
+        staging = staging_folder(self.target, command)
         try:
-            refuse_concurrent_runs(self.target, staging.path)
+            refuse_concurrent_runs(self.target, staging)
             yield staging
-            marker = Marker.read(staging.path)
-            marker.files = {name: s for name, s in written_files(staging.path).items() if name not in staging.kept}
-            marker.write(staging.path)
-            move_into_place(staging.path, self)
+            move_into_place(staging, self)
         finally:
-            if staging.path.exists():
-                shutil.rmtree(staging.path)
-
-
-def staged_output(
-    output: str | os.PathLike, overwrite: bool, protected: Mapping[str, Path | None] = {}, command: str = "convert"
-) -> contextlib.AbstractContextManager[Staging]:
-    """`PlannedOutput.check(...).staged(command)`: check `output` now and build it in a staging folder."""
-    return PlannedOutput.check(output, overwrite, protected).staged(command)
+            if staging.exists():
+                shutil.rmtree(staging)
 
 
 def folder_identity(path: Path) -> tuple[int, int] | None:
@@ -153,30 +141,21 @@ def folder_identity(path: Path) -> tuple[int, int] | None:
 
 def move_into_place(staging: Path, planned: PlannedOutput) -> None:
     """Move the complete `staging` folder to the planned target, which must still be what the run saw at its start:
-    absent, or the same folder, still replaceable. A replaced folder is moved aside into a marked folder first, and
-    removed once `staging` is in place."""
-    target, seen = planned.target, planned.seen
+    absent, or the same folder, which is then moved aside (`move_aside`)."""
+    target = planned.target
     changed = OutputFolderError(
-        f"Output {target} was {'created' if seen is None else 'replaced or removed'} by someone else while this run "
-        "worked, so it was left as it is; run again, or choose another output."
+        f"Output {target} was {'created' if planned.seen is None else 'replaced or removed'} by someone else while "
+        "this run worked, so it was left as it is; run again, or choose another output."
     )
-    if folder_identity(target) != seen:
+    if folder_identity(target) != planned.seen:
         raise changed
-    if seen is None:
-        try:
-            rename_no_replace(staging, target)
-        except FileExistsError:
-            raise changed from None
-        return
-    check_replaceable(target, planned.overwrite, planned.carried)  # the user may have added files meanwhile
-    retired = staging_folder(target, "retired")
-    os.rename(target, retired / "folder")
+    if planned.seen is not None:
+        check_replaceable(target, planned.overwrite)
+        move_aside(target)
     try:
         rename_no_replace(staging, target)
     except FileExistsError:
-        rename_no_replace(retired / "folder", target)
         raise changed from None
-    shutil.rmtree(retired)
 
 
 _RENAME_NOREPLACE, _AT_FDCWD = 1, -100

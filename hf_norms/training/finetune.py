@@ -58,15 +58,20 @@ from transformers import (
     default_data_collator,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 from transformers.training_args import ParallelMode
 
-from ..conversion.checkpoint_io import ConversionError, check_trainer_checkpoint
+from ..conversion.checkpoint_io import (
+    ConversionError,
+    check_trainer_checkpoint,
+    last_complete_checkpoint,
+    set_aside_newer_checkpoints,
+    trainer_checkpoints,
+)
 from ..conversion.sources import copy_sentence_transformers_files, sentence_transformers_files
 from ..errors import handled_errors, require_type
 from ..hub.model_card import create_trainer_model_card
 from ..hub.redaction import tokens_redacted
-from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder, record_on_save
+from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder
 from .arguments import DataArguments, ModelArguments, OutputArguments
 from .data import (
     FinetuneInputError,
@@ -156,52 +161,49 @@ def prepare_training_arguments(training_args: TrainingArguments) -> None:
         training_args.remove_unused_columns = False
 
 
-# What a fine-tuning run writes into --output_dir: a user's file of one of these names is never replaced (nor, for
-# checkpoint-*, deleted by the Trainer's checkpoint rotation).
-FINETUNE_WRITES = (
-    "config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "*.py", "tokenizer*",
-    "vocab.txt", "special_tokens_map.json", "added_tokens.json", "preprocessor_config.json", "processor_config.json",
-    "training_args.bin", "trainer_state.json", "*_results.json", "README.md", "checkpoint-*", "runs",
-    "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "[0-9]_*", "conversion_report.*",
-)  # fmt: skip
-
-
 def output_folder(
     model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, overwrite: bool
 ) -> ClaimedFolder | None:
     """`output_dir` checked for this run (`output_folders.claim_folder`): never the checkpoint, the tokenizer, the data
-    or a place around them, the working directory or home; a folder of an earlier hf-norms run only to resume it or with
-    `overwrite`, a folder of the user's only with `overwrite` and when none of its files would be replaced. Every
-    process checks; only the one that saves gets the folder to write into (the others get None)."""
+    or a place around them, the working directory or home; an earlier hf-norms run's folder is continued when resuming;
+    with `overwrite`, any other non-empty folder is moved aside. Every process checks; only the one that saves gets the
+    folder to write into (the others get None)."""
     sources = {"the checkpoint": model_args.model_name_or_path, "the tokenizer": model_args.tokenizer_name,
                "the image processor": model_args.image_processor_name, "the dataset": data_args.dataset,
                "the eval dataset": data_args.eval_dataset}  # fmt: skip
     protected = {what: Path(value) for what, value in sources.items() if value and Path(value).exists()}
     claimed = claim_folder(
-        training_args.output_dir, command="finetune", protected=protected, writes=FINETUNE_WRITES,
-        overwrite=overwrite, resume=training_args.resume_from_checkpoint is not None, what="--output_dir",
+        training_args.output_dir, command="finetune", protected=protected, overwrite=overwrite,
+        resume=training_args.resume_from_checkpoint is not None, what="--output_dir",
         flags=("--overwrite_output_dir", "--resume_from_checkpoint last"),
     )  # fmt: skip
     return claimed if training_args.should_save else None
 
 
-def check_resume_checkpoint(checkpoint: Path, model) -> None:
-    """Refuse, in one line, a checkpoint that is not this model's (`check_trainer_checkpoint`)."""
+def check_checkpoint_to_resume(training_args: TrainingArguments) -> None:
+    """Refuse, before anything is loaded, `resume_from_checkpoint=last` when output_dir holds no checkpoint-*."""
+    resume, folder = training_args.resume_from_checkpoint, Path(training_args.output_dir)
+    if resume is not None and resume.lower() == "last" and not (folder.is_dir() and trainer_checkpoints(folder)):
+        raise FinetuneInputError(f"resume_from_checkpoint=last, but {folder} holds no checkpoint-*.")
+
+
+def checkpoint_to_resume(training_args: TrainingArguments, model) -> str | None:
+    """`resume_from_checkpoint` as a folder that holds this model's training state (`check_trainer_checkpoint`): a
+    path as given, or, for `last`, the newest complete checkpoint in output_dir, the later incomplete ones (saves a
+    killed run did not finish) set aside by the process that saves."""
+    resume = training_args.resume_from_checkpoint
+    if resume is None:
+        return None
     try:
-        check_trainer_checkpoint(checkpoint, model)
+        if resume.lower() != "last":
+            check_trainer_checkpoint(Path(resume), model)
+            return resume
+        last = last_complete_checkpoint(Path(training_args.output_dir), model)
     except ConversionError as error:
         raise FinetuneInputError(f"resume_from_checkpoint: {error}") from None
-
-
-def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
-    """`resume_from_checkpoint` as a folder: a path as given, or `last` for the newest checkpoint in output_dir."""
-    resume = training_args.resume_from_checkpoint
-    if resume is None or resume.lower() != "last":
-        return resume
-    last = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
-    if last is None:
-        raise FinetuneInputError(f"resume_from_checkpoint=last, but {training_args.output_dir} holds no checkpoint-*.")
-    return last
+    if training_args.should_save:
+        set_aside_newer_checkpoints(last)
+    return str(last)
 
 
 def load_splits(
@@ -309,7 +311,7 @@ def finetune(
     source = Path(model_args.model_name_or_path or "")
     if model_args.model_name_or_path is not None and source.is_dir():
         checkpoint_files(source, sentence_transformers_files(source))  # copied after training: links checked now
-    resume = checkpoint_to_resume(training_args)
+    check_checkpoint_to_resume(training_args)
     family = model_family(
         model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
     )
@@ -344,9 +346,9 @@ def finetune(
     model = build_model(model_args, task, family, config, calibration)
     if training_args.parallel_mode == ParallelMode.DISTRIBUTED:
         model = convert_sync_batchnorm(model, training_args.device.type)
-    if resume is not None:
-        check_resume_checkpoint(Path(resume), model)
-    callbacks = [NormStateCallback(), *([record_on_save(output.take())] if output is not None else [])]
+    resume = checkpoint_to_resume(training_args, model)
+    if output is not None:
+        output.take()
     masked_lm = task == "masked-lm"
     trainer = NormTrainer(
         model=model,
@@ -357,7 +359,7 @@ def finetune(
         data_collator=collator,
         compute_metrics=masked_lm_metrics() if masked_lm else classification_metrics(),
         preprocess_logits_for_metrics=argmax_logits if masked_lm else None,
-        callbacks=callbacks,
+        callbacks=[NormStateCallback()],
     )
 
     train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
@@ -378,8 +380,6 @@ def finetune(
         trainer.push_to_hub(dataset=data_args.dataset)
     else:
         create_trainer_model_card(trainer, dataset=data_args.dataset)
-    if output is not None:
-        output.record()
     return FinetuneResult(trainer, train_metrics, eval_metrics)
 
 

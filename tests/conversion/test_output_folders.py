@@ -1,18 +1,21 @@
-"""One mechanism keeps every command that writes (convert, heal, finetune, demo) from losing what the user owns.
+"""One rule keeps every command that writes (convert, heal, finetune, demo) from losing what the user owns: a command
+deletes only what it created in the same run; an earlier output is moved aside, never deleted.
 
 The cases run the real command line (`hf_norms.cli.main`, or real subprocesses where processes race) and compare the
 sha256 of every file of the user's before and after: outputs re-checked at the move, two runs on one output, files a
-user added to an hf-norms output, fine-tuning into the source or a user's folder, links that copies must not follow,
-and resuming from a checkpoint that is not the run's.
+user added to an hf-norms output, planted and malformed markers, fine-tuning into the source or a user's folder, links
+that copies must not follow, interrupted saves, and resuming from a checkpoint that is not the run's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -20,14 +23,8 @@ from safetensors.torch import load_file, save_file
 from test_convert import leftovers, save_images, tree_digest
 from test_safety import assert_refused, run
 
-from hf_norms.output_folders import (
-    MARKER_NAME,
-    Marker,
-    OutputFolderError,
-    claim_folder,
-    foreign_entries,
-    rename_no_replace,
-)
+from hf_norms.demo import claim_demo_folder
+from hf_norms.output_folders import MARKER_NAME, Marker, OutputFolderError, claim_folder, rename_no_replace
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -58,19 +55,68 @@ def test_markers_are_trusted_only_as_files_of_a_live_process_that_started_before
     Marker.new("convert").write(tmp_path / "real")
     os.symlink(tmp_path / "real" / MARKER_NAME, tmp_path / "linked" / MARKER_NAME)
     assert Marker.read(tmp_path / "real") is not None and Marker.read(tmp_path / "linked") is None
-    reused = Marker.new("convert")
-    reused.started_ns -= 3600 * 10**9  # written an hour before this process started: its id was reused since
+    mine = Marker.new("convert")
+    reused = dataclasses.replace(mine, started_ns=mine.started_ns - 3600 * 10**9)  # written an hour before this process
+    # started: its id was reused since
     assert Marker.new("convert").run_is_alive() and not reused.run_is_alive()
 
 
+VALID_MARKER = {"run_id": "0123456789abcdef", "command": "finetune"}
+MALFORMED_MARKERS = {
+    "a pid beyond any process id": {"pid": 10**30},
+    "a negative pid": {"pid": -1},
+    "pid 0": {"pid": 0},
+    "a pid that is a bool": {"pid": True},
+    "a pid that is text": {"pid": "1"},
+    "a start in the future": {"started_ns": 10**30},
+    "an unknown command": {"command": "rm"},
+    "a run id that is a path": {"run_id": "../../../../tmp/x"},
+    "an unknown field": {"delete": ["../victim.txt"]},
+}
+
+
+def test_a_marker_that_is_not_valid_data_is_no_marker_and_blocks_nothing(tmp_path):
+    valid = {**VALID_MARKER, "pid": os.getpid(), "started_ns": time.time_ns()}
+    texts = {what: json.dumps({**valid, **change}) for what, change in MALFORMED_MARKERS.items()}
+    texts |= {"not JSON": "{pid", "a list": "[1, 2]", "nested 100000 deep": "[" * 100_000 + "]" * 100_000,
+              "10 MB long": json.dumps({**valid, "padding": "x" * 10_000_000})}  # fmt: skip
+    for what, text in texts.items():
+        folder = tmp_path / what.replace(" ", "-")
+        folder.mkdir()
+        (folder / MARKER_NAME).write_text(text)
+        assert Marker.read(folder) is None, what
+        assert claim_folder(folder, command="finetune").take().path == folder, what  # nothing but a marker: taken
+        assert Marker.read(folder).pid == os.getpid()
+    (tmp_path / "valid").mkdir()
+    (tmp_path / "valid" / MARKER_NAME).write_text(json.dumps({**valid, "files": {"../x": [1, 2]}}))  # an older marker
+    assert Marker.read(tmp_path / "valid") == Marker(**valid)
+
+
 def test_a_folder_holding_links_is_never_written_into(tmp_path):
-    mine = tmp_path / "mine"
-    mine.mkdir()
+    mine = claim_folder(tmp_path / "mine", command="finetune").take().path
     (tmp_path / "elsewhere.json").write_text("{}")
     os.symlink(tmp_path / "elsewhere.json", mine / "config.json")  # a write of config.json would land outside
     with pytest.raises(OutputFolderError, match="holds symbolic links"):
-        claim_folder(mine, command="finetune", overwrite=True)
-    assert (tmp_path / "elsewhere.json").read_text() == "{}"
+        claim_folder(mine, command="finetune", resume=True)
+    claim_folder(mine, command="finetune", overwrite=True).take()  # moved aside: nothing written through the link
+    [aside] = tmp_path.glob("mine.replaced-*")
+    assert (aside / "config.json").is_symlink() and (tmp_path / "elsewhere.json").read_text() == "{}"
+
+
+def test_the_demo_moves_an_earlier_demo_aside_and_refuses_a_users_folder(tmp_path):
+    workdir = tmp_path / "demo"
+    claim_demo_folder(workdir)
+    (workdir / "hub").mkdir()
+    (workdir / "hub" / "repo.txt").write_text("an earlier demo's")
+    claim_demo_folder(workdir)
+    [aside] = tmp_path.glob("demo.replaced-*")
+    assert (aside / "hub" / "repo.txt").read_text() == "an earlier demo's" and Marker.read(workdir).command == "demo"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    with pytest.raises(OutputFolderError, match="no earlier demo made it"):
+        claim_demo_folder(mine)
+    assert [path.name for path in mine.iterdir()] == ["notes.txt"]
 
 
 HOOKED_CONVERT = textwrap.dedent(
@@ -110,32 +156,40 @@ def test_a_folder_the_user_creates_at_the_output_during_a_run_is_left_alone(tiny
     assert (output / "mine.txt").read_text() == "the user's"
 
 
-def test_files_the_user_adds_to_an_output_are_never_deleted_by_overwrite(tiny_vit_dir, tmp_path, capsys):
+def test_overwrite_moves_the_earlier_output_aside_with_the_users_files_in_it(tiny_vit_dir, tmp_path, capsys, caplog):
     output = tmp_path / "out"
     assert run(convert_args(tiny_vit_dir, output), capsys)[0] == 0
     (output / "my_run").mkdir()
     (output / "my_run" / "notes.txt").write_text("the user's")
     before = tree_digest(output)
-    status, err = run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)
-    assert_refused(status, err, "holds files hf-norms did not write (my_run/notes.txt)")
-    assert tree_digest(output) == before
-    (output / "my_run" / "notes.txt").unlink()
-    (output / "my_run").rmdir()
-    result = meddling_convert("add", tiny_vit_dir, output, "--overwrite")  # added while the run works
-    assert result.returncode == 2 and "my_run/log.txt" in result.stderr, result.stderr
-    assert (output / "my_run" / "log.txt").read_text() == "the user's" and not leftovers(tmp_path, "out")
+    assert run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)[0] == 0
+    [aside] = tmp_path.glob("out.replaced-*")
+    assert tree_digest(aside) == before and f"Moved {output} to {aside}" in caplog.text
+    assert Marker.read(output).command == "convert" and not (output / "my_run").exists()
+    result = meddling_convert("add", tiny_vit_dir, output, "--overwrite")  # files added while the run works
+    assert result.returncode == 0, result.stderr
+    [added] = [path for path in tmp_path.glob("out.replaced-*") if path != aside]
+    assert (added / "my_run" / "log.txt").read_text() == "the user's" and "Moved" in result.stderr
+    assert not leftovers(tmp_path, "out")
 
 
-def test_an_output_of_an_earlier_release_is_replaced_only_without_files_of_the_user(tiny_vit_dir, tmp_path, capsys):
+def test_overwrite_of_an_earlier_release_output_deletes_none_of_the_users_files(tiny_vit_dir, tmp_path, capsys):
     output = tmp_path / "out"
     assert run(convert_args(tiny_vit_dir, output), capsys)[0] == 0
     (output / MARKER_NAME).unlink()  # as earlier releases wrote it: recognised by its report
-    (output / "extra.txt").write_text("the user's")
-    status, err = run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)
-    assert_refused(status, err, "extra.txt")
-    (output / "extra.txt").unlink()
+    for name in ("train.py", "analysis/eval_probe.py", "conversion_report.my-notes.json", f"{MARKER_NAME}.notes"):
+        (output / name).parent.mkdir(exist_ok=True)
+        (output / name).write_text(f"the user's {name}")
+    before = tree_digest(output)
     assert run(convert_args(tiny_vit_dir, output, "--overwrite"), capsys)[0] == 0
-    assert Marker.read(output).command == "convert"
+    [aside] = tmp_path.glob("out.replaced-*")
+    assert tree_digest(aside) == before
+    mine = tmp_path / "mine"  # a folder hf-norms did not make is never moved
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "notes.txt").write_text("the user's")
+    status, err = run(convert_args(tiny_vit_dir, mine, "--overwrite"), capsys)
+    assert_refused(status, err, "hf-norms did not write it")
+    assert (mine / "sub" / "notes.txt").read_text() == "the user's" and not list(tmp_path.glob("mine.*"))
 
 
 def test_two_conversions_to_one_output_one_succeeds_and_the_other_says_why(tiny_vit_dir, tmp_path):
@@ -178,10 +232,12 @@ def test_heal_never_copies_a_link_out_of_the_folder(calibrated, tmp_path, capsys
     (folder / "readme-copy.md").write_text("kept")  # the user's, healed in place: kept, and still the user's
     os.symlink("config.json", folder / "config-link.json")  # a link to a file inside: copied as that file
     converted_config = (folder / "config.json").read_bytes()
+    before = tree_digest(folder)
     assert run(["heal", str(folder), "--data", str(images), "--max-steps", "1", "--batch-size", "4"], capsys)[0] == 0
     assert (folder / "readme-copy.md").read_text() == "kept" and not (folder / "config-link.json").is_symlink()
     assert (folder / "config-link.json").read_bytes() == converted_config
-    assert "readme-copy.md" in foreign_entries(folder)
+    [aside] = tmp_path.glob("vit-dyt.replaced-*")  # the converted folder, as it was
+    assert tree_digest(aside) == before
 
 
 def interrupted_heal(folder: Path, images: Path, capsys) -> Path:
@@ -217,6 +273,54 @@ def test_heal_resumes_only_from_a_checkpoint_of_its_own_model(calibrated, tiny_v
     assert status == 0, err  # the run's own checkpoint resumes
 
 
+def test_a_planted_marker_makes_heal_delete_nothing_it_did_not_create(calibrated, tmp_path, capsys):
+    folder, images = calibrated
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    (victims / "v1.txt").write_text("the victim's")
+    work = folder.parent / f".{folder.name}.healing"  # anyone who can write to the parent folder can plant this
+    (work / "checkpoint-1").mkdir(parents=True)
+    (work / "checkpoint-1" / "trainer_state.json").write_text("planted")
+    marker = {
+        "run_id": "0123456789abcdef",
+        "pid": 1 << 22,
+        "command": "heal",
+        "started_ns": time.time_ns() - 10**9,
+        "files": {"../victims/v1.txt": [12, 0], str(victims / "v1.txt"): [12, 0], "checkpoint-1": [1, 0]},
+    }
+    (work / MARKER_NAME).write_text(json.dumps(marker))
+    planted = tree_digest(work)
+    heal = ["heal", str(folder), "--data", str(images), "--max-steps", "2", "--batch-size", "4"]
+    status, err = run([*heal, "--resume"], capsys)
+    assert_refused(status, err, "trainer_state.json")  # nothing to resume from: refused, nothing touched
+    assert tree_digest(work) == planted
+    assert run(heal, capsys)[0] == 0  # the planted folder moved aside, a new one made, used and removed
+    [aside] = tmp_path.glob(f".{folder.name}.healing.replaced-*")
+    assert tree_digest(aside) == planted and not work.exists()
+    assert (victims / "v1.txt").read_text() == "the victim's"
+
+
+def test_an_interrupted_save_is_set_aside_and_never_blocks_the_next_heal(calibrated, tmp_path, capsys, caplog):
+    folder, images = calibrated
+    checkpoint = interrupted_heal(folder, images, capsys)
+    partial = checkpoint.with_name("checkpoint-3")  # what `kill -9` during the next save leaves
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes((checkpoint / "model.safetensors").read_bytes()[:1000])
+    (checkpoint.parent / "notes.txt").write_text("the user's")
+    before = tree_digest(partial)
+    resume = ["heal", str(folder), "--data", str(images), "--max-steps", "5", "--batch-size", "4", "--resume"]
+    assert run(resume, capsys)[0] == 0
+    assert json.loads((folder / "conversion_report.json").read_text())["healing"]["resumed_from_step"] == 1
+    [set_aside] = checkpoint.parent.glob("interrupted-checkpoint-3-*")  # what this run did not make stays
+    assert tree_digest(set_aside) == before and sorted(p.name for p in checkpoint.parent.iterdir()) == sorted(
+        [set_aside.name, "notes.txt", MARKER_NAME]
+    )
+    assert f"Kept {checkpoint.parent}" in caplog.text
+    assert run(["heal", str(folder), "--data", str(images), "--max-steps", "2", "--batch-size", "4"], capsys)[0] == 0
+    [aside] = tmp_path.glob(f".{folder.name}.healing.replaced-*")  # not resumed: moved aside, not deleted
+    assert (aside / "notes.txt").read_text() == "the user's" and not checkpoint.parent.exists()
+
+
 def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
@@ -249,15 +353,14 @@ def finetune_args(source: Path, data: Path, output: Path | str, *extra: str) -> 
 
 def test_a_folder_a_stopped_run_left_holding_only_its_marker_is_claimed_afresh(tmp_path):
     """A run stopped (Ctrl-C, an error) before it wrote anything leaves the folder and its marker: there is nothing to
-    resume or to protect, so the next run takes it without --resume or --overwrite; once a file is recorded, not."""
+    resume or to protect, so the next run takes it without --resume or --overwrite; once a file is there, not."""
     folder = tmp_path / "run"
     claim_folder(folder, command="finetune").take()
     assert [entry.name for entry in folder.iterdir()] == [MARKER_NAME]
     claimed = claim_folder(folder, command="finetune")
-    assert claimed.earlier is None and claimed.foreign == frozenset()
+    assert not claimed.move_aside_first
     claimed.take()
     (folder / "config.json").write_text("{}")
-    claimed.record()
     with pytest.raises(OutputFolderError, match="holds an earlier hf-norms finetune run"):
         claim_folder(folder, command="finetune")
 
@@ -275,21 +378,20 @@ def test_finetune_never_writes_into_its_source_its_data_or_the_working_directory
     assert json.loads((tiny_bert_dir / "config.json").read_text())["model_type"] == "bert"
 
 
-def test_finetune_writes_into_a_users_folder_only_when_asked_and_replaces_nothing_of_theirs(
-    tiny_bert_dir, news_csv, tmp_path, capsys
-):
+def test_finetune_moves_a_users_folder_aside_only_when_asked(tiny_bert_dir, news_csv, tmp_path, capsys):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("the user's")
     status, err = run(finetune_args(tiny_bert_dir, news_csv, mine), capsys)
     assert_refused(status, err, "--overwrite_output_dir")
     (mine / "config.json").write_text("{}")
-    status, err = run(finetune_args(tiny_bert_dir, news_csv, mine, "--overwrite_output_dir"), capsys)
-    assert_refused(status, err, "would replace or delete (config.json)")
-    (mine / "config.json").unlink()
+    (mine / "checkpoint-1").mkdir()  # the Trainer's rotation would delete it
+    (mine / "checkpoint-1" / "log.txt").write_text("the user's")
+    before = tree_digest(mine)
     assert run(finetune_args(tiny_bert_dir, news_csv, mine, "--overwrite_output_dir"), capsys)[0] == 0
-    assert (mine / "notes.txt").read_text() == "the user's" and (mine / "model.safetensors").is_file()
-    assert foreign_entries(mine) == ["notes.txt"]  # everything else is recorded as written by hf-norms
+    [aside] = tmp_path.glob("mine.replaced-*")
+    assert tree_digest(aside) == before and (mine / "model.safetensors").is_file()
+    assert not (mine / "notes.txt").exists() and Marker.read(mine).command == "finetune"
 
 
 def test_finetune_resumes_its_own_run_and_refuses_another_models_checkpoint(tiny_bert_dir, news_csv, tmp_path, capsys):
@@ -297,8 +399,13 @@ def test_finetune_resumes_its_own_run_and_refuses_another_models_checkpoint(tiny
     assert run(finetune_args(tiny_bert_dir, news_csv, output), capsys)[0] == 0
     status, err = run(finetune_args(tiny_bert_dir, news_csv, output), capsys)
     assert_refused(status, err, "holds an earlier hf-norms finetune run")
+    partial = output / "checkpoint-4"  # what `kill -9` during a save leaves
+    partial.mkdir()
+    (partial / "config.json").write_text("{")
     assert run(finetune_args(tiny_bert_dir, news_csv, output, "--resume_from_checkpoint", "last",
                              "--max_steps", "3"), capsys)[0] == 0  # fmt: skip
+    assert next(path.name for path in output.glob("*checkpoint-4*")).startswith("interrupted-checkpoint-4-")
+    assert json.loads((output / "trainer_state.json").read_text())["global_step"] == 3
     other = tmp_path / "other"
     assert run(finetune_args(tiny_bert_dir, news_csv, other, "--norm_type", "dtn"), capsys)[0] == 0
     status, err = run(finetune_args(tiny_bert_dir, news_csv, tmp_path / "third", "--resume_from_checkpoint",

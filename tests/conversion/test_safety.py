@@ -111,7 +111,9 @@ def test_heal_refuses_overlapping_output_and_teacher(converted, tiny_vit_dir, tm
     assert (tree_digest(converted), tree_digest(tiny_vit_dir)) == before
 
 
-def test_a_killed_conversion_leaves_a_staging_folder_that_the_next_run_removes(tiny_vit_dir, tmp_path, caplog):
+def test_a_killed_conversion_leaves_a_staging_folder_that_blocks_nothing_and_is_never_deleted(
+    tiny_vit_dir, tmp_path, caplog
+):
     output = tmp_path / "out"
     script = textwrap.dedent(
         f"""
@@ -131,34 +133,35 @@ def test_a_killed_conversion_leaves_a_staging_folder_that_the_next_run_removes(t
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     [staging] = leftovers(tmp_path, "out")
+    killed = tree_digest(tmp_path / staging)
     assert not output.exists() and (tmp_path / staging / "model.safetensors").is_file()
     assert cli.main(["convert", str(tiny_vit_dir), "--norm-type", "lape", "--output", str(output)]) == 0
-    assert not leftovers(tmp_path, "out") and (output / REPORT_JSON).is_file()
-    assert f"Removed {tmp_path / staging}" in caplog.text and "interrupted run" in caplog.text
+    assert (output / REPORT_JSON).is_file() and tree_digest(tmp_path / staging) == killed  # named, not touched
+    assert f"{tmp_path / staging} was left by an interrupted hf-norms run" in caplog.text
 
 
-def test_only_staging_folders_of_dead_processes_are_removed(tiny_vit_dir, tmp_path):
+def test_staging_folders_beside_an_output_are_never_deleted(tiny_vit_dir, tmp_path):
     output = tmp_path / "out"
     dead = subprocess.run(
         [sys.executable, "-c", f"from hf_norms.output_folders import staging_folder as s; "
-                               f"from pathlib import Path; print(s(Path({str(output)!r})))"],
+                               f"from pathlib import Path; print(s(Path({str(output)!r}), 'convert'))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    legacy = tmp_path / ".out.tmp-abcd1234"
-    legacy.mkdir()
-    unrelated = tmp_path / ".out.mine"
-    unrelated.mkdir()
+    (Path(dead) / "mine.txt").write_text("kept")
+    planted = tmp_path / ".out.hf-norms-staging.planted"  # a marker of a dead run, planted beside the output
+    planted.mkdir()
+    (planted / MARKER_NAME).write_text(json.dumps({"run_id": "0" * 16, "pid": 1 << 22, "command": "convert",
+                                                   "started_ns": 1}))  # fmt: skip
+    (planted / "victim.txt").write_text("kept")
+    before = tree_digest(tmp_path / ".out.hf-norms-staging.planted"), tree_digest(Path(dead))
     assert cli.main(["convert", str(tiny_vit_dir), "--norm-type", "lape", "--output", str(output)]) == 0
-    assert not Path(dead).exists() and not legacy.exists() and unrelated.is_dir()
-    marker = Marker.read(output)  # the output records the run and every file it wrote
-    assert marker.command == "convert" and set(marker.files) == {
-        str(p.relative_to(output)) for p in output.rglob("*") if p.is_file() and p.name != MARKER_NAME
-    }
+    assert (tree_digest(planted), tree_digest(Path(dead))) == before
+    assert Marker.read(output).command == "convert"
 
 
 def test_a_run_on_an_output_another_live_run_stages_stops_at_once_naming_it(tiny_vit_dir, tmp_path, capsys):
     output = tmp_path / "out"
-    alive = staging_folder(output)  # this process's: a run still going on, started first
+    alive = staging_folder(output, "convert")  # this process's: a run still going on, started first
     status, err = run(["convert", str(tiny_vit_dir), "--norm-type", "lape", "--output", str(output)], capsys)
     assert_refused(status, err, f"Another hf-norms run (process {os.getpid()}) is writing {output}")
     assert alive.is_dir() and (alive / MARKER_NAME).is_file() and not output.exists()
