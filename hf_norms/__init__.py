@@ -51,10 +51,22 @@ __all__ = sorted(PUBLIC_NAMES)
 def __getattr__(name: str) -> Any:
     module = PUBLIC_NAMES.get(name)
     if module is None:
-        raise AttributeError(f"module 'hf_norms' has no attribute {name!r}")
+        return registered_layer_class(name)
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
+
+
+def registered_layer_class(name: str) -> type:
+    """The layer class called `name` of a norm in the registry (`hf_norms.RMSNorm`, ...)."""
+    if name[:1].isupper():
+        from .models.norm_registry import NORM_TYPES
+
+        for spec in NORM_TYPES.values():
+            if spec.layer().__name__ == name:
+                globals()[name] = spec.layer()
+                return spec.layer()
+    raise AttributeError(f"module 'hf_norms' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -19,7 +19,6 @@ MOVED_MODULES = {
     "hf_norms.auto_registration": "hf_norms.models.auto_registration",
     "hf_norms.calibration": "hf_norms.conversion.calibration",
     "hf_norms.checkpoint_io": "hf_norms.conversion.checkpoint_io",
-    "hf_norms.citations": "hf_norms.hub.citations",
     "hf_norms.configuration_bert_norm": "hf_norms.models.configuration_bert_norm",
     "hf_norms.configuration_deit_norm": "hf_norms.models.configuration_deit_norm",
     "hf_norms.configuration_vit_norm": "hf_norms.models.configuration_vit_norm",

@@ -1,12 +1,15 @@
-"""Data-driven calibration of the element-wise norms (DyT, Derf) converted from a LayerNorm checkpoint.
+"""Data-driven calibration of the norms that cannot reproduce LayerNorm exactly (DyT, Derf; the registry's
+`calibration`), converted from a LayerNorm checkpoint.
 
 DyT computes `y = weight * tanh(alpha * x) + bias` and Derf `y = weight * erf(alpha * x + shift) + bias` per element,
 with no per-token statistics, so neither can reproduce LayerNorm's `y = gamma * (x - mean_t) / std_t + beta` exactly;
 copying gamma/beta with alpha 0.5 (the naive swap) gives a model whose outputs are unrelated to the original's.
-`calibrate_elementwise` fits every such layer, in forward order, on the *partially converted* model: layer k sees the
+`calibrate_norms` fits every such layer, in forward order, on the *partially converted* model: layer k sees the
 inputs that the already-calibrated layers 0..k-1 produce, and is fitted against the original LayerNorm's outputs
-there, so each fit also corrects the drift accumulated before it. The per-layer fit (a grid over alpha, and shift for
-Derf, with closed-form per-channel least squares for weight/bias, then L-BFGS) is `elementwise_fit.fit_elementwise`.
+there, so each fit also corrects the drift accumulated before it. The per-layer fit is the norm's `calibration`:
+`tanh` and `erf` (a grid over alpha, and shift for Derf, with closed-form per-channel least squares for weight/bias,
+then L-BFGS: `elementwise_fit.fit_elementwise`), or `gradient` (L-BFGS on all the layer's parameters from where the
+conversion put them: `fit_by_gradient`).
 Then `calibrate_pooler` refits the pooler that stock classification heads read (BERT, ViT), which restores the scale
 of what the head reads: from the calibrated MiniLM DyT's final [CLS] state, the source pooler's output has 2.7x less
 between-class spread than LayerNorm's, and dropout noise 4.1x that spread instead of 1.3x.
@@ -21,10 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..models.norms import LayerNorm
-from .checkpoint_io import ConversionError
+from ..models.norms import LayerNorm, NormSpec
 from .data import model_device, on_device, real_token_mask, run_model
-from .elementwise_fit import ELEMENTWISE_FUNCTIONS, ElementwiseFit, fit_elementwise
+from .elementwise_fit import SATURATING_FUNCTIONS, ElementwiseFit, fit_elementwise
 from .fidelity import forward_with_norms
 
 
@@ -88,38 +90,36 @@ def _sample_rows(count: int, max_rows: int) -> torch.Tensor | None:
 
 @dataclass
 class CalibrationResult:
-    """What `calibrate_elementwise` did: the method in words, the seconds it took and each norm's relative fitting error."""
+    """What `calibrate_norms` did: the method in words, the seconds it took and each norm's relative fitting error."""
 
     method: str
     seconds: float
     fit_errors: dict[str, float]
 
 
-def calibrate_elementwise(
+def calibrate_norms(
     student: nn.Module,
     teacher: nn.Module,
     batches: Sequence[dict],
     norm_names: Iterable[str],
+    spec: NormSpec,
     refine_steps: int = 50,
     max_rows: int = 16384,
     progress: bool = False,
 ) -> CalibrationResult:
-    """Fit every element-wise norm `norm_names` of `student` (a DyT or Derf conversion of `teacher`: each layer's class
-    a key of `ELEMENTWISE_FUNCTIONS`, on the teacher's device) sequentially, in forward order, on that device.
+    """Fit every norm `norm_names` of `student` (a `spec` conversion of `teacher`, on the teacher's device) with the
+    fit `spec.calibration` names, sequentially, in forward order, on that device.
 
     Before the fit those layers are swapped for copies of the teacher's LayerNorms; step k puts back layer k, fitted
     on the inputs the student computes with layers 0..k-1 already converted, against the teacher's LayerNorm outputs
-    at k on the same examples (real tokens only; at most `max_rows` tokens, a fixed random subset). Alpha (and Derf's
-    shift) is per channel when the layers were built per channel (`dyt_per_channel_alpha`, `derf_per_channel`), else
-    one scalar.
+    at k on the same examples (real tokens only; at most `max_rows` tokens, a fixed random subset). DyT's and Derf's
+    alpha (and Derf's shift) is per channel when the layers were built per channel (`dyt_per_channel_alpha`,
+    `derf_per_channel`), else one scalar.
     """
     start = time.perf_counter()
     batches = [on_device(batch, model_device(student)) for batch in batches]  # the teacher is on the same device
     names = list(norm_names)
     layers = {name: student.get_submodule(name) for name in names}
-    if not all(type(layer) in ELEMENTWISE_FUNCTIONS for layer in layers.values()):
-        kinds = ", ".join(cls.__name__ for cls in ELEMENTWISE_FUNCTIONS)
-        raise ConversionError(f"calibrate_elementwise needs a student whose replaced norms are all one of: {kinds}.")
     for name in names:
         student.set_submodule(name, _layer_norm_copy(teacher.get_submodule(name)))
     rows = _row_selections(teacher, names[0], batches, max_rows)
@@ -130,20 +130,52 @@ def calibrate_elementwise(
             inputs = torch.cat(
                 [r(capture_norm_io(student, name, b, False)) for b, r in zip(batches, rows, strict=True)]
             )
-            layer = layers[name]
-            function = ELEMENTWISE_FUNCTIONS[type(layer)]
-            fit = fit_elementwise(inputs, targets.pop(name), function, layer.alpha.numel() > 1, refine_steps)
-            _load_fit(layer, fit)
-            student.set_submodule(name, layer)
-            fit_errors[name] = fit.relative_error
+            fit_errors[name] = fit_layer(layers[name], inputs, targets.pop(name), spec.calibration, refine_steps)
+            student.set_submodule(name, layers[name])
     finally:
         for name, layer in layers.items():  # never leave LayerNorm copies behind, even on error
             student.set_submodule(name, layer)
     pooler_error = calibrate_pooler(student, teacher, batches)
     if pooler_error is not None:
         fit_errors["pooler.dense"] = pooler_error
-    method = _method(layers.values(), refine_steps) + (POOLER_METHOD if pooler_error is not None else "")
+    method = _method(spec.calibration, layers.values(), refine_steps) + (
+        POOLER_METHOD if pooler_error is not None else ""
+    )
     return CalibrationResult(method, time.perf_counter() - start, fit_errors)
+
+
+def fit_layer(
+    layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, calibration: str, refine_steps: int
+) -> float:
+    """Fit `layer`, in place, so that it maps `inputs` to `targets` (both `[rows, hidden]`) with the fit
+    `calibration` names; returns the relative error `||layer(inputs) - targets|| / ||targets||`."""
+    function = SATURATING_FUNCTIONS.get(calibration)
+    if function is None:
+        return fit_by_gradient(layer, inputs, targets, refine_steps)
+    fit = fit_elementwise(inputs, targets, function, layer.alpha.numel() > 1, refine_steps)
+    _load_fit(layer, fit)
+    return fit.relative_error
+
+
+def fit_by_gradient(layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, steps: int) -> float:
+    """Minimise `mean((layer(x) - y)^2) / mean(y^2)` over all of `layer`'s parameters with L-BFGS (`steps`
+    iterations), from their current values; the rows of `inputs` (`[rows, hidden]`) are one sequence of tokens, so the
+    layer must be per token. Returns the relative error after the fit."""
+    x, y = inputs.float()[None], targets.float()
+    scale = y.pow(2).mean().clamp_min(1e-12)
+    parameters = [parameter for parameter in layer.parameters() if parameter.is_floating_point()]
+    optimizer = torch.optim.LBFGS(parameters, lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = (layer(x)[0] - y).pow(2).mean() / scale
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
+    with torch.no_grad():
+        return ((layer(x)[0] - y).norm() / y.norm().clamp_min(1e-12)).item()
 
 
 POOLER_RIDGE = 0.1  # ridge penalty towards the pooler's weights, relative to the mean squared [CLS] feature x examples
@@ -199,12 +231,17 @@ def _load_fit(layer: nn.Module, fit: ElementwiseFit) -> None:
         layer.bias.copy_(fit.bias)
 
 
-def _method(layers: Iterable[nn.Module], refine_steps: int) -> str:
+def _method(calibration: str, layers: Iterable[nn.Module], refine_steps: int) -> str:
     """The calibration in words, for the report."""
     layers = list(layers)
-    functions = sorted({ELEMENTWISE_FUNCTIONS[type(layer)] for layer in layers}, key=lambda f: f.name)
-    kinds = " and ".join(f"weight * {f.name}(alpha * x{' + shift' if f.has_shift else ''}) + bias" for f in functions)
-    shift = " and shift" if any(f.has_shift for f in functions) else ""
+    function = SATURATING_FUNCTIONS.get(calibration)
+    if function is None:
+        return (
+            "sequential: each norm's parameters fitted in forward order on the partially converted model's own inputs "
+            f"against the original LayerNorm's outputs, by L-BFGS on the mean squared error ({refine_steps} iterations)"
+        )
+    kinds = f"weight * {function.name}(alpha * x{' + shift' if function.has_shift else ''}) + bias"
+    shift = " and shift" if function.has_shift else ""
     per_channel = any(layer.alpha.numel() > 1 for layer in layers)
     return (
         f"sequential: each norm ({kinds}) fitted in forward order on the partially converted model's own inputs "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..models.norm_registry import STOCK
 from ..output_folders import move_aside
 
 logger = logging.getLogger(__name__)
@@ -457,7 +458,7 @@ def check_trainer_checkpoint(checkpoint: Path, model) -> None:
     if not isinstance(state.get("global_step"), int) or state["global_step"] < 0:
         raise ConversionError(f"{checkpoint / 'trainer_state.json'} has no global_step; {fix}.")
     config = read_json_object(checkpoint / "config.json", fix)
-    for option, default in (("norm_type", "layernorm"), ("layer_norm_types", None)):
+    for option, default in (("norm_type", STOCK), ("layer_norm_types", None)):
         if config.get(option, default) != getattr(model.config, option, default):
             raise ConversionError(
                 f"{checkpoint} holds a model with {option}={config.get(option)!r}, but this run trains "

@@ -8,7 +8,7 @@
   position norm at weight 0, bias 0 (`norms.function_preserving_options`). Other option values give a `naive`
   (inexact) conversion, ready for healing.
 - `dyt` and `derf` need calibration data: the naive swap (LN gamma/beta copied, alpha and shift at their inits) is
-  measured, then every DyT/Derf layer is calibrated in forward order (`calibration.calibrate_elementwise`), with one
+  measured, then every DyT/Derf layer is calibrated in forward order (`calibration.calibrate_norms`), with one
   alpha (and Derf shift) per channel by default.
   `hf-norms heal` then distils the result from the original.
 - `--fold` moves the norms' gamma/beta into the Linear layers that read them (ViT/DeiT only, see `folding`).
@@ -37,10 +37,10 @@ from torch import nn
 from ..errors import one_line, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
-from ..models.norms import NORM_TYPES, function_preserving_options
+from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
-from .calibration import calibrate_elementwise, norms_in_forward_order
+from .calibration import calibrate_norms, norms_in_forward_order
 from .checkpoint_io import SAFETENSORS_INDEX, ConversionError, resolve_source
 from .data import Examples, encode_batches, fitting_max_length, load_examples, model_device, probe_examples, run_model
 from .devices import resolve_device
@@ -62,39 +62,34 @@ from .sources import (
     sentence_transformers_files,
 )
 
-DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
-    "dyt": {"dyt_per_channel_alpha": True},
-    "derf": {"derf_per_channel": True},
-}
 RAW_PROBES = "built-in probe inputs (no processor)"
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
 # Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
-NEW_PARAMETER_SUFFIXES = (".alpha", ".shift", ".prefix_norm.weight", ".prefix_norm.bias", ".prefix_norm.running_mean",
-                          ".prefix_norm.running_var", ".prefix_norm.num_batches_tracked", ".pos_proj.weight",
-                          ".pos_proj.bias", ".mean_gate", ".var_gate", ".pe_norm.weight", ".pe_norm.bias")  # fmt: skip
+NEW_PARAMETER_SUFFIXES = tuple(
+    dict.fromkeys(suffix for spec in NORM_TYPES.values() for suffix in spec.added_parameters)
+)
 
 
-def needs_calibration(norm_type: str) -> bool:
-    """Whether a conversion to `norm_type` is calibrated on data: no option makes it compute what LayerNorm did
-    (DyT, Derf: no statistics)."""
-    return function_preserving_options(norm_type) is None
+def needs_calibration(spec: NormSpec, family: str) -> bool:
+    """Whether a conversion of a `family` checkpoint to `spec` is calibrated on data: it cannot compute what
+    LayerNorm did (DyT, Derf: no statistics)."""
+    return spec.calibration is not None and family not in spec.centered_families
 
 
-def norm_options(norm_type: str, options: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
-    """The norm options a conversion uses (the function-preserving ones, then the user's), and whether they make it
-    exact."""
+def norm_options(norm_type: str, options: dict[str, Any] | None, family: str) -> tuple[dict[str, Any], bool]:
+    """The norm options a conversion of a `family` checkpoint uses (the function-preserving ones, the norm's
+    conversion defaults, then the user's), and whether they make it exact."""
     if norm_type not in NORM_TYPES:
         raise ConversionError(f"norm_type {norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
+    spec = NORM_TYPES[norm_type]
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTION_FIELDS) | ({"norm_type"} & set(options)))
     if unknown:
         raise ConversionError(
             f"Unknown norm option(s) {unknown}; options are {sorted(set(OPTION_FIELDS) - {'norm_type'})}."
         )
-    preserving = function_preserving_options(norm_type)
-    merged = {**(preserving or {}), **DEFAULT_OPTIONS.get(norm_type, {}), **options}
-    exact = preserving is not None and all(merged[k] == v for k, v in preserving.items())
-    return merged, exact
+    merged = {**(function_preserving_options(norm_type) or {}), **spec.conversion_options, **options}
+    return merged, spec.converts_exactly(family, merged)
 
 
 def parse_norm_options(items: list[str]) -> dict[str, Any]:
@@ -216,10 +211,10 @@ def convert_model(
     check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
                  max_length=max_length, batch_size=batch_size)  # fmt: skip
     max_length = fitting_max_length(model.config, max_length)  # the evaluation record says what was used
-    merged, exact = norm_options(norm_type, options)
-    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
-    check_calibration_data(norm_type, calibration_data)
     source = describe_model(model)
+    merged, exact = norm_options(norm_type, options, source.family)
+    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
+    check_calibration_data(norm_type, source.family, calibration_data)
     if fold and source.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     if share_weights and (fold or not exact):
@@ -236,7 +231,8 @@ def convert_model(
     student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
-        stages, calibration_report = measure_stages(student, teacher, data, norm_names, norm_type, exact, progress)
+        calibrated = norm_spec(norm_type) if needs_calibration(norm_spec(norm_type), source.family) else None
+        stages, calibration_report = measure_stages(student, teacher, data, norm_names, calibrated, exact, progress)
         if target_cosine is not None:
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
                                                            target_cosine, stages)  # fmt: skip
@@ -264,8 +260,8 @@ def convert_model(
     return student
 
 
-def check_calibration_data(norm_type: str, calibration_data: Any) -> None:
-    if needs_calibration(norm_type) and calibration_data is None:
+def check_calibration_data(norm_type: str, family: str, calibration_data: Any) -> None:
+    if needs_calibration(norm_spec(norm_type), family) and calibration_data is None:
         raise ConversionError(
             f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
             "a .txt file, a folder of images, or a saved datasets folder)."
@@ -376,7 +372,7 @@ def convert(
     checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
     source_model = inspect_source(checkpoint)
     max_length = own_max_length(checkpoint.path) if max_length is None else max_length
-    norm_options(norm_type, options)  # refuse a wrong norm_type or option before anything is loaded
+    exact = norm_options(norm_type, options, source_model.family)[1]  # a wrong norm_type or option: before loading
     if fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
@@ -387,7 +383,7 @@ def convert(
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    mapped = norm_options(norm_type, options)[1] and not fold and not checkpoint.uses_pickle and target.type == "cpu"
+    mapped = exact and not fold and not checkpoint.uses_pickle and target.type == "cpu"
     weights = MappedWeights(checkpoint.path) if mapped else None
     teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
     with pages_dropped_after_use(weights) if weights else nullcontext():
@@ -461,20 +457,21 @@ def measure_stages(
     teacher: nn.Module,
     data: ConversionData,
     norm_names: list[str],
-    norm_type: str,
+    calibration: NormSpec | None,
     exact: bool,
     progress: bool,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The fidelity of each stage (`exact`, or `naive` then `calibrated` for DyT/Derf, calibrating on the way the
-    norms of `norm_names` that are not LayerNorm), and the calibration's record."""
+    """The fidelity of each stage (`exact`, or `naive` then, with a `calibration` (the spec of a norm that is
+    calibrated), `calibrated`, calibrating on the way the norms of `norm_names` that are not LayerNorm), and the
+    calibration's record."""
     measure = lambda: with_downstream(  # noqa: E731
         measure_fidelity(student, teacher, data.evaluation_batches, norm_names), data.downstream, student, teacher
     )
-    if not needs_calibration(norm_type):
+    if calibration is None:
         return {"exact" if exact else "naive": measure()}, None
     stages = {"naive": measure()}
     replaced = [name for name in norm_names if not isinstance(student.get_submodule(name), nn.LayerNorm)]
-    result = calibrate_elementwise(student, teacher, data.calibration_batches, replaced, progress=progress)
+    result = calibrate_norms(student, teacher, data.calibration_batches, replaced, calibration, progress=progress)
     stages["calibrated"] = measure()
     record = {
         "data": data.calibration.description,

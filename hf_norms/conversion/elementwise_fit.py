@@ -1,8 +1,9 @@
 """Least-squares fit of an element-wise norm `y = weight * f(alpha * x + shift) + bias` to a LayerNorm's outputs.
 
 DyT (`f = tanh`, no shift) and Derf (`f = erf`, with a learnable shift) differ only in the saturating function and in
-whether a shift exists, so one fit serves both; `ELEMENTWISE_FUNCTIONS` maps each norm class to its `SaturatingFunction`
-(the function, its derivative, whether it has a shift). A new element-wise norm needs one more entry, not a new fit.
+whether a shift exists, so one fit serves both; `SATURATING_FUNCTIONS` maps the registry's `calibration` names to a
+`SaturatingFunction` (the function, its derivative, whether it has a shift). A new element-wise norm needs one more
+entry, not a new fit.
 
 Each fit is per channel c, on the real tokens' input `x[:, c]` and target `y[:, c]`:
   1. for every alpha on a grid scaled by the channel's spread (and, with a shift, for the shifts 0 and
@@ -19,9 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
-from ..models.norms import DynamicErf, DynamicTanh
 
 Tensor = torch.Tensor
 
@@ -53,8 +51,8 @@ ERF = SaturatingFunction(
     derivative_=lambda z, value: z.square_().neg_().exp_().mul_(2 / math.sqrt(math.pi)),  # 2/sqrt(pi) exp(-z^2)
     has_shift=True,
 )
-# norm class -> its saturating function; the norms `calibration.calibrate_elementwise` can fit
-ELEMENTWISE_FUNCTIONS: dict[type[nn.Module], SaturatingFunction] = {DynamicTanh: TANH, DynamicErf: ERF}
+# a norm's `calibration` in the registry -> its saturating function
+SATURATING_FUNCTIONS: dict[str, SaturatingFunction] = {function.name: function for function in (TANH, ERF)}
 
 
 @dataclass

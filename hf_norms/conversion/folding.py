@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..models.norms import DynamicErf, DynamicTanh, DynamicTokenNorm, SeparateNorm
+from ..models.norms import norm_spec, spec_of_module
 from .checkpoint_io import ConversionError
 
 POST_LN_MESSAGE = (
@@ -72,10 +72,10 @@ def fold_targets(model: nn.Module) -> dict[str, list[str]]:
 def fold_norms(model: nn.Module) -> FoldResult:
     """Fold the affine of every foldable norm of a ViT/DeiT `model` into its reader Linears, in place."""
     result = FoldResult()
-    lape = model.config.norm_type == "lape"
+    position_norms = norm_spec(model.config.norm_type).position_norms
     for norm_name, linear_names in fold_targets(model).items():
         norm = model.get_submodule(norm_name)
-        reason = _why_not_foldable(norm, lape and norm_name.endswith(("layernorm_before", "norm1")))
+        reason = _why_not_foldable(norm, position_norms and norm_name.endswith(("layernorm_before", "norm1")))
         if reason:
             result.skipped[norm_name] = reason
             continue
@@ -90,11 +90,11 @@ def fold_norms(model: nn.Module) -> FoldResult:
                     )
                 linear.bias.copy_((linear.bias.double() + matrix @ bias).to(linear.bias.dtype))
                 linear.weight.copy_((matrix * weight[None, :]).to(linear.weight.dtype))
-            norm.weight.fill_(1.0)
-            norm.bias.zero_()
-            if isinstance(norm, SeparateNorm):
-                norm.prefix_norm.weight.fill_(1.0)
-                norm.prefix_norm.bias.zero_()
+            if hasattr(norm, "reset_affine"):  # a norm with another affine to reset besides its own (SepNorm)
+                norm.reset_affine()
+            else:
+                norm.weight.fill_(1.0)
+                norm.bias.zero_()
         result.folded[norm_name] = linear_names
     return result
 
@@ -103,13 +103,7 @@ def _why_not_foldable(norm: nn.Module, adds_position_after: bool) -> str | None:
     """None when `norm`'s output is `weight * z + bias` with `z` independent of weight/bias, else the reason."""
     if adds_position_after:
         return "LaPE adds the position embedding after this norm: folding would rescale its contribution"
-    if isinstance(norm, SeparateNorm):
-        prefix = norm.prefix_norm
-        if not isinstance(prefix, nn.LayerNorm):
-            return "SepNorm's prefix norm is a BatchNorm with its own affine"
-        if not (torch.equal(prefix.weight, norm.weight) and torch.equal(prefix.bias, norm.bias)):
-            return "SepNorm's prefix norm has a different affine from its token norm"
-        return None
-    if isinstance(norm, (nn.LayerNorm, DynamicTanh, DynamicErf, DynamicTokenNorm)):
-        return None
-    return f"{type(norm).__name__} is not a norm with a per-channel affine"
+    spec = spec_of_module(norm)
+    if spec is None or not spec.folds:
+        return f"{type(norm).__name__} is not a norm with a per-channel affine"
+    return norm.fold_blocker() if hasattr(norm, "fold_blocker") else None

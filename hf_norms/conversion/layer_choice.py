@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import nn
 
+from ..models.norms import STOCK, norm_spec
 from .checkpoint_io import ConversionError
 from .fidelity import measure_fidelity
 
@@ -63,7 +64,7 @@ def layer_norm_types(norm_type: str, num_layers: int, kept: Sequence[int]) -> li
     """The config's `layer_norm_types` for a `norm_type` model keeping LayerNorm in layers `kept` (None: none kept)."""
     if not kept:
         return None
-    return ["layernorm" if index in set(kept) else norm_type for index in range(num_layers)]
+    return [STOCK if index in set(kept) else norm_type for index in range(num_layers)]
 
 
 def with_layernorm_layers(
@@ -156,9 +157,10 @@ def layer_plan(
     if len(ways) > 1:
         raise ConversionError(f"Give one of {' and '.join(ways)}, not both: each chooses the LayerNorm layers.")
     check_some_layer_converted(norm_type, (options or {}).get("layer_norm_types"))
-    if norm_type == "lape" and (keep_layernorm is not None or target_cosine is not None):
+    spec = norm_spec(norm_type)
+    if spec.position_norms and (keep_layernorm is not None or target_cosine is not None):
         raise ConversionError(
-            "LaPE's position norms span all layers: --keep-layernorm and --target-cosine do not apply."
+            f"{spec.short_name}'s position norms span all layers: --keep-layernorm and --target-cosine do not apply."
         )
     if target_cosine is not None:
         if exact:
@@ -176,7 +178,7 @@ def layer_plan(
 
 def check_some_layer_converted(norm_type: str, types: Any) -> None:
     """Refuse `layer_norm_types` that keep LayerNorm in every encoder layer: nothing would become `norm_type`."""
-    if norm_type != "layernorm" and isinstance(types, list) and types and all(kind == "layernorm" for kind in types):
+    if norm_type != STOCK and isinstance(types, list) and types and all(kind == STOCK for kind in types):
         raise ConversionError(
             f"Every encoder layer would keep its LayerNorm, so nothing would be converted to {norm_type}: "
             "leave at least one layer out of --keep-layernorm (or layer_norm_types)."

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ..hub.norm_texts import STATISTICS_FREE
+from ..models.norms import norm_spec
 from .data import TOKEN_TYPES
 
 REPORT_JSON = "conversion_report.json"
@@ -88,8 +88,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines.append(
         f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`{length}; pooling: {pooling}"
     )
-    if report["family"] == "bert" and report["norm_type"] in STATISTICS_FREE:
-        name = STATISTICS_FREE[report["norm_type"]]
+    if report["family"] == "bert" and norm_spec(report["norm_type"]).statistics_free:
+        name = norm_spec(report["norm_type"]).short_name
         lines.append(f"- Note: BERT is post-LN; {name} was not tested on post-LN models by its authors (experimental).")
     lines += [
         "",

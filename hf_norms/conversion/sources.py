@@ -18,6 +18,7 @@ import transformers
 from torch import nn
 
 from ..models.auto_registration import MODEL_CLASSES
+from ..models.norm_registry import STOCK
 from ..output_folders import copy_checkpoint_files
 from .checkpoint_io import ConversionError, SourceCheckpoint, check_model_fits, read_json_object
 
@@ -71,7 +72,7 @@ def source_model(source: str, model_type: str | None, norm_type: str, architectu
             f"{source}: model_type {model_type!r} is not supported; hf-norms converts ViT, DeiT, DINOv2 and BERT models "
             f"(model_type one of {sorted(SOURCE_TYPES)})."
         )
-    if norm_type != "layernorm":
+    if norm_type != STOCK:
         raise ConversionError(f"{source} already uses norm_type={norm_type!r}; convert from a LayerNorm model.")
     family, prefix = SOURCE_TYPES[model_type]
     architecture = architecture or f"{prefix}{'Norm' if model_type.endswith('_norm') else ''}Model"
@@ -91,7 +92,7 @@ def inspect_source(checkpoint: SourceCheckpoint) -> SourceModel:
     return source_model(
         checkpoint.source,
         config.get("model_type"),
-        config.get("norm_type", "layernorm"),
+        config.get("norm_type", STOCK),
         (config.get("architectures") or [None])[0],
         has_pooler=any(".pooler." in f".{key}" for key in checkpoint.weight_keys),
     )
@@ -106,7 +107,7 @@ def describe_model(model: nn.Module) -> SourceModel:
     return source_model(
         type(model).__name__,
         config.model_type,
-        getattr(config, "norm_type", "layernorm"),
+        getattr(config, "norm_type", STOCK),
         type(model).__name__,
         has_pooler=getattr(base, "pooler", None) is not None,
     )

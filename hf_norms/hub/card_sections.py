@@ -3,14 +3,15 @@ relying on it; each rendered from the facts `card_facts.gather_card_facts` read,
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from ..conversion.downstream import dataset_name
 from ..models.norm_options import NormOptions
+from ..models.norm_spec import CardText
+from ..models.norms import STOCK, norm_spec
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
 from .card_facts import STAGES, CardFacts, data_name, identical_outputs
-from .norm_texts import STATISTICS_FREE
 
 
 def downstream_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
@@ -107,8 +108,8 @@ def layers_kept(facts: CardFacts, report: dict[str, Any]) -> str:
     types = facts.norm_options.get("layer_norm_types")
     if not types:
         return ""
-    kept = [index for index, kind in enumerate(types) if kind == "layernorm"]
-    converted = [index for index, kind in enumerate(types) if kind != "layernorm"]
+    kept = [index for index, kind in enumerate(types) if kind == STOCK]
+    converted = [index for index, kind in enumerate(types) if kind != STOCK]
     sweep = report.get("layer_sweep")
     why = (
         f" (the fewest last layers whose cosine to the source reached {sweep['target_cosine']} on the calibration data)"
@@ -144,41 +145,8 @@ def limitations(facts: CardFacts) -> list[str]:
             "The conversion is exact, so the model computes what the source computes: the new norm makes a "
             "difference only once the model is trained further."
         )
-    if facts.norm_type in STATISTICS_FREE:
-        name = STATISTICS_FREE[facts.norm_type]
-        items.append(f"{name} has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's.")
-        if facts.family == "bert":
-            items.append(
-                f"BERT is post-LN; the {name} paper tested pre-LN transformers only, so {name} on BERT is outside what "
-                "it tested: treat it as experimental."
-            )
-    if facts.norm_type == "dtn":
-        items.append(
-            "DTN mixes statistics across tokens: a token's output depends on the other tokens of its sequence, and "
-            "the model cannot run as a causal decoder."
-        )
-        if facts.family == "bert":
-            items.append("DTN on text (one row of tokens) has no reference implementation from its authors.")
-        if options["dtn_gate_init"] == 1.0 and facts.training is None and not report.get("healing"):
-            items.append("Its gates are at 1, where DTN is exactly LayerNorm; token mixing acts only after training.")
-    if facts.norm_type == "sepnorm":
-        if options["sepnorm_prefix_norm"] == "batchnorm":
-            items.append(
-                "The prefix norm is a BatchNorm: inference uses its running statistics, training needs batches of "
-                "more than one example, and multi-process training needs SyncBatchNorm."
-            )
-        else:
-            items.append(
-                "The prefix norm is a LayerNorm (for an exact conversion), not the BatchNorm of the paper's default."
-            )
-    if facts.norm_type == "lape":
-        if options["lape_keep_input_pe"]:
-            items.append(
-                "The input position embedding is kept and every `pe_norm` starts at zero (a function-preserving "
-                "hybrid): this is the paper's architecture only in spirit until training moves the `pe_norm`s."
-            )
-        if facts.family == "bert":
-            items.append("The LaPE paper covers vision transformers only; its BERT form here is an analogue.")
+    untrained = facts.training is None and not report.get("healing")
+    items += norm_spec(facts.norm_type).caveats(options, facts.family, untrained)
     if facts.without_pooler:
         items.append(
             "The checkpoint has no pooler weights (its source has none): load it with `add_pooling_layer=False` and "
@@ -237,3 +205,28 @@ def readable_data(description: str) -> str:
     data = data_name(description)
     name = dataset_name(data)
     return data if name == data else f"{name} ({data})"
+
+
+def with_kept_layernorms(
+    text: CardText, norm_type: str, layer_norm_types: list[str] | None, family: str = ""
+) -> CardText:
+    """`text` for a checkpoint whose config `layer_norm_types` keeps LayerNorm in some encoder layers: the headline and
+    the placement name the layers that keep it instead of saying that every LayerNorm is replaced."""
+    kept = [index for index, kind in enumerate(layer_norm_types or []) if kind == STOCK]
+    if norm_type == STOCK or not kept:
+        return text
+    converted = [index for index, kind in enumerate(layer_norm_types) if kind != STOCK]
+    name = lambda indices: f"layer{'s' if len(indices) != 1 else ''} {', '.join(map(str, indices)) or 'none'}"  # noqa: E731
+    placement = text.placement
+    for sentence in ("Every LayerNorm of the model is replaced.", "; every LayerNorm of the model is replaced."):
+        placement = placement.replace(sentence, "." if sentence.startswith(";") else "").strip()
+    return replace(
+        text,
+        headline=f"{text.headline} in encoder {name(converted)} ({name(kept)} keeping LayerNorm)",
+        placement=(
+            f"{placement} Not every LayerNorm is replaced: encoder {name(kept)} keep{'s' if len(kept) == 1 else ''} "
+            f"LayerNorm (config `layer_norm_types`), {name(converted)} use{'s' if len(converted) == 1 else ''} "
+            f"`{norm_type}`; the norms after the encoder follow the last layer"
+            + (", the embedding norm the first." if family == "bert" else ".")
+        ),
+    )

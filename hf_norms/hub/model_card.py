@@ -16,6 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..conversion.downstream import dataset_name
 from ..conversion.report import fine_tuning_rows
+from ..models.norms import norm_spec
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
 from ..output_folders import copy_checkpoint_files
 from .card_facts import (
@@ -36,9 +37,8 @@ from .card_sections import (
     limitations,
     provenance,
     readable_data,
+    with_kept_layernorms,
 )
-from .citations import PAPERS, Paper
-from .norm_texts import NORM_TEXTS, with_kept_layernorms
 from .upload_files import refuse_token_leaks, trainer_upload_files
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
 def card_metadata(facts: CardFacts) -> ModelCardData:
     """The YAML metadata: library, task, base model and relation, tags, datasets, license, model-index results."""
-    paper = PAPERS.get(facts.norm_type)
+    paper = norm_spec(facts.norm_type).paper
     tags = ["hf-norms", facts.family, facts.norm_type, "custom_code", *([f"arxiv:{paper.arxiv_id}"] if paper else [])]
     if facts.sentence_transformers:
         tags = [*tags, "sentence-transformers", "feature-extraction"]
@@ -146,7 +146,7 @@ def downstream_eval_results(facts: CardFacts, task: str, stage: str) -> list[Eva
 
 def render_model_card(facts: CardFacts) -> ModelCard:
     """The card of `facts`, from the shipped template."""
-    paper: Paper | None = PAPERS.get(facts.norm_type)
+    spec = norm_spec(facts.norm_type)
     _, family_name, config_class = FAMILIES[facts.model_type]
     training_metrics = (
         {name: f"{value:.4g}" for name, value in facts.training.metrics.items()} if facts.training else {}
@@ -159,11 +159,9 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         config_class=config_class,
         auto_class=facts.auto_class,
         load_kwargs=", add_pooling_layer=False" if facts.without_pooler else "",
-        norm=with_kept_layernorms(
-            NORM_TEXTS[facts.norm_type], facts.norm_type, facts.norm_options.get("layer_norm_types"), facts.family
-        ),
+        norm=with_kept_layernorms(spec.text, facts.norm_type, facts.norm_options.get("layer_norm_types"), facts.family),
         options=facts.norm_options,
-        paper=paper,
+        paper=spec.paper,
         provenance=provenance(facts),
         report=facts.report,
         evaluation_data=readable_data(facts.report["evaluation"]["data"]) if facts.report else None,

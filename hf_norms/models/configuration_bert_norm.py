@@ -22,12 +22,5 @@ class BertNormConfig(NormOptions, BertConfig):
     model_type = "bert_norm"
     num_prefix_tokens = 1  # [CLS]
 
-    def validate_bert_norm(self) -> None:
-        if self.norm_type == "dtn" and self.is_decoder:
-            raise ValueError(
-                "norm_type='dtn' mixes statistics across all tokens, so a causal decoder (is_decoder=True) would "
-                "see future tokens; use is_decoder=False or another norm_type."
-            )
-
 
 __all__ = ["BertNormConfig"]

@@ -28,14 +28,7 @@ from transformers import modeling_utils
 from transformers.utils import logging as transformers_logging
 from transformers.utils.loading_report import LoadStateDictInfo, log_state_dict_report
 
-from .norms import (
-    NORM_TYPES,
-    DynamicTokenNorm,
-    PositionEmbeddingNorm,
-    SeparateNorm,
-    function_preserving_options,
-    preserves_layernorm_function,
-)
+from .norms import function_preserving_options, norm_spec, preserves_layernorm_function
 
 logger = transformers_logging.get_logger(__name__)
 
@@ -48,8 +41,6 @@ PRESERVED_NOTE = (
     "Loaded the LayerNorm checkpoint {path} into {model} with norm_type={norm_type!r}, computing what it computed: "
     "{what} (transformers' notices about these parameters are left out)."
 )
-# The modules whose parameters a function-preserving load sets, missing from a LayerNorm checkpoint.
-PRESERVING_MODULES = (SeparateNorm, DynamicTokenNorm, PositionEmbeddingNorm)
 
 
 def model_type_notice(stock_model_type: str, model_type: str) -> Callable[[str], bool]:
@@ -99,16 +90,17 @@ def layernorm_loading_options(norm_type: str, explicit: Iterable[str]) -> dict[s
 
 
 def preserved_keys(model: nn.Module, missing_keys: Iterable[str]) -> dict[str, set[str]]:
-    """The missing keys that a function-preserving load set, by the module holding them (empty when the model's config
-    does not keep a LayerNorm checkpoint's function, e.g. SepNorm with a BatchNorm prefix norm)."""
+    """The missing keys that a function-preserving load set (the parameters its norm_type adds to LayerNorm's), by the
+    module holding them (empty when the model's config does not keep a LayerNorm checkpoint's function, e.g. SepNorm
+    with a BatchNorm prefix norm)."""
     if not preserves_layernorm_function(model.config):
         return {}
-    owners = [name for name, module in model.named_modules() if isinstance(module, PRESERVING_MODULES)]
+    added = norm_spec(model.config.norm_type).added_parameters
     by_owner: dict[str, set[str]] = {}
     for key in missing_keys:
-        owner = next((name for name in owners if key.startswith(f"{name}.")), None)
-        if owner is not None:
-            by_owner.setdefault(owner, set()).add(key)
+        suffix = next((suffix for suffix in added if key.endswith(suffix)), None)
+        if suffix is not None:
+            by_owner.setdefault(key.removesuffix(suffix), set()).add(key)
     return by_owner
 
 
@@ -121,7 +113,7 @@ def replace_load_notices(model: nn.Module, path, info: dict, held_reports: list[
         for record in held_reports:
             modeling_utils.logger.handle(record)
         return
-    note = NORM_TYPES[model.config.norm_type].preserving_note.format(count=len(by_owner))
+    note = norm_spec(model.config.norm_type).preserving_note.format(count=len(by_owner))
     logger.info(
         PRESERVED_NOTE.format(path=path, model=type(model).__name__, norm_type=model.config.norm_type, what=note)
     )

@@ -50,7 +50,15 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_bert_norm import BertNormConfig
 from .modeling_norm_utils import NormPreTrainedMixin
-from .norms import FIRST_LAYER, LAST_LAYER, TokenLayout, build_norm, build_position_norm, lape_position_embeddings
+from .norms import (
+    FIRST_LAYER,
+    LAST_LAYER,
+    TokenLayout,
+    adds_input_position_embeddings,
+    build_norm,
+    build_position_norm,
+    lape_position_embeddings,
+)
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_bert_norm.BertNormConfig",
@@ -87,7 +95,7 @@ class BertNormEmbeddings(BertEmbeddings):
     def __init__(self, config: BertNormConfig):
         super().__init__(config)
         self.LayerNorm = sequence_norm(config, FIRST_LAYER)
-        self.add_position_embeddings = not (config.norm_type == "lape" and not config.lape_keep_input_pe)
+        self.add_position_embeddings = adds_input_position_embeddings(config)
 
     def forward(
         self,

@@ -37,7 +37,14 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .modeling_norm_utils import NormPreTrainedMixin
-from .norms import LAST_LAYER, TokenLayout, build_norm, build_position_norm, lape_position_embeddings
+from .norms import (
+    LAST_LAYER,
+    TokenLayout,
+    adds_input_position_embeddings,
+    build_norm,
+    build_position_norm,
+    lape_position_embeddings,
+)
 
 PREFIX_TOKEN_NAMES = ("cls_token", "distillation_token")
 
@@ -69,7 +76,7 @@ class VisionNormEmbeddings(nn.Module):
         self.image_size = self.patch_embeddings.image_size
         if self.num_prefix_tokens == 2:
             self.distillation_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
-        self.add_position_embeddings = not (config.norm_type == "lape" and not config.lape_keep_input_pe)
+        self.add_position_embeddings = adds_input_position_embeddings(config)
 
     def prefix_tokens(self) -> list[nn.Parameter]:
         return [getattr(self, name) for name in PREFIX_TOKEN_NAMES[: self.num_prefix_tokens]]

@@ -41,6 +41,11 @@ class DynamicErf(nn.Module):
         self.bias = nn.Parameter(torch.zeros(hidden_size))
         self.fast_path = True  # False (tests, benchmarks): the paper's formula as written, in the input's dtype
 
+    @classmethod
+    def from_config(cls, config, hidden_size: int, num_prefix_tokens: int, one_dimensional: bool) -> DynamicErf:
+        return cls(hidden_size, alpha_init=config.derf_alpha_init, shift_init=config.derf_shift_init,
+                   per_channel=config.derf_per_channel)  # fmt: skip
+
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """Evaluated as `addcmul(bias, erf(addcmul(shift, x, alpha)), weight)`: two fused multiply-adds around `erf`;
         without autograd, eagerly, all three passes run in place in one buffer (1.3x faster than the formula on one
@@ -59,6 +64,10 @@ class DynamicErf(nn.Module):
             out = torch.addcmul(shift, x, alpha).erf_()
             out = torch.addcmul(bias, out, weight, out=out)
         return out.to(hidden_states.dtype)
+
+    def learned_state(self) -> dict[str, float]:
+        """What training logs of this norm: alpha and shift (their means over channels when per channel)."""
+        return {"alpha": self.alpha.detach().float().mean().item(), "shift": self.shift.detach().float().mean().item()}
 
     def init_parameters(self) -> None:
         init.constant_(self.alpha, self.alpha_init)

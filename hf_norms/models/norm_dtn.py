@@ -136,6 +136,16 @@ class DynamicTokenNorm(nn.Module):
         self.fast_path = True
         onnx_translation_registered()  # before any torch.onnx.export starts (it copies the registry first)
 
+    @classmethod
+    def from_config(cls, config, hidden_size: int, num_prefix_tokens: int, one_dimensional: bool) -> DynamicTokenNorm:
+        return cls(hidden_size, num_heads=config.dtn_num_heads or config.num_attention_heads, eps=config.layer_norm_eps,
+                   gate_init=config.dtn_gate_init, one_dimensional=one_dimensional)  # fmt: skip
+
+    def learned_state(self) -> dict[str, float]:
+        """What training logs of this norm: the effective gates `clamp(l, 0, 1)` averaged over heads (1: LayerNorm)."""
+        return {name: getattr(self, name).detach().float().clamp(0, 1).mean().item()
+                for name in ("mean_gate", "var_gate")}  # fmt: skip
+
     def init_parameters(self) -> None:
         init.ones_(self.weight)
         init.zeros_(self.bias)

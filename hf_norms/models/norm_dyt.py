@@ -34,6 +34,10 @@ class DynamicTanh(nn.Module):
         self.bias = nn.Parameter(torch.zeros(hidden_size))
         self.fast_path = True  # False (tests, benchmarks): the paper's tanh formula as written
 
+    @classmethod
+    def from_config(cls, config, hidden_size: int, num_prefix_tokens: int, one_dimensional: bool) -> DynamicTanh:
+        return cls(hidden_size, alpha_init=config.dyt_alpha_init, per_channel=config.dyt_per_channel_alpha)
+
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """Evaluated as `(2 * weight) * sigmoid(2 * alpha * x) + (bias - weight)`, the same function through
         `tanh(z) = 2 * sigmoid(2z) - 1`: CPU `sigmoid` is ~10x faster than `tanh`, and without autograd the three
@@ -51,6 +55,10 @@ class DynamicTanh(nn.Module):
         else:
             out = torch.addcmul(offset, scaled.sigmoid_(), 2 * weight, out=scaled)
         return out.to(hidden_states.dtype)
+
+    def learned_state(self) -> dict[str, float]:
+        """What training logs of this norm: alpha (its mean over channels when per channel)."""
+        return {"alpha": self.alpha.detach().float().mean().item()}
 
     def init_parameters(self) -> None:
         init.constant_(self.alpha, self.alpha_init)

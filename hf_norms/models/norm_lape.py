@@ -28,6 +28,10 @@ class PositionEmbeddingNorm(nn.LayerNorm):
         if zero_init:
             nn.init.zeros_(self.weight)
 
+    def learned_state(self) -> dict[str, float]:
+        """What training logs of this norm: the mean `|weight|` (0 while the branch adds nothing)."""
+        return {"pe_gain": self.weight.detach().float().abs().mean().item()}
+
     def init_parameters(self) -> None:
         (init.zeros_ if self.zero_init else init.ones_)(self.weight)
         init.zeros_(self.bias)

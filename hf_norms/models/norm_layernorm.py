@@ -21,5 +21,9 @@ class LayerNorm(nn.LayerNorm):
     `y = (x - E[x]) / sqrt(Var[x] + eps) * weight + bias` over the last dimension; bit-identical to `nn.LayerNorm`.
     """
 
+    @classmethod
+    def from_config(cls, config, hidden_size: int, num_prefix_tokens: int, one_dimensional: bool) -> LayerNorm:
+        return cls(hidden_size, eps=config.layer_norm_eps)
+
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         return super().forward(hidden_states)

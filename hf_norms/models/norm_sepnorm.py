@@ -68,6 +68,26 @@ class SeparateNorm(nn.Module):
         self.prefix_over_batch = prefix_norm == "batchnorm"
         self.fast_path = True  # False (tests, benchmarks) or tracing: normalise both parts and concatenate
 
+    @classmethod
+    def from_config(cls, config, hidden_size: int, num_prefix_tokens: int, one_dimensional: bool) -> SeparateNorm:
+        return cls(hidden_size, num_prefix_tokens, eps=config.layer_norm_eps, prefix_norm=config.sepnorm_prefix_norm)
+
+    def fold_blocker(self) -> str | None:
+        """Why this norm's affine cannot fold into the next Linear layers (None: it can): the prefix norm must be a
+        LayerNorm with the same affine as the token norm."""
+        prefix = self.prefix_norm
+        if not isinstance(prefix, nn.LayerNorm):
+            return "SepNorm's prefix norm is a BatchNorm with its own affine"
+        if not (torch.equal(prefix.weight, self.weight) and torch.equal(prefix.bias, self.bias)):
+            return "SepNorm's prefix norm has a different affine from its token norm"
+        return None
+
+    def reset_affine(self) -> None:
+        """Identity affine for both parts, once it is folded into the next Linear layers."""
+        for norm in (self, self.prefix_norm):
+            norm.weight.fill_(1.0)
+            norm.bias.zero_()
+
     def init_parameters(self) -> None:
         """The prefix norm starts as a copy of the token norm's affine (the loaded LayerNorm's, when converting)."""
         init.ones_(self.weight)

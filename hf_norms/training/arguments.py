@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import InputError
+from ..models.norm_registry import NORM_NAMES
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
 
@@ -34,7 +35,7 @@ class ModelArguments:
     )
     norm_type: str | None = field(
         default=None,
-        metadata={"help": "layernorm, dyt, derf, dtn, sepnorm or lape; a stock checkpoint is converted on loading."},
+        metadata={"help": f"One of {', '.join(NORM_NAMES)}; a stock checkpoint is converted on loading."},
     )
     config_overrides: str | None = field(
         default=None,

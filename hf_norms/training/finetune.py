@@ -71,6 +71,7 @@ from ..conversion.sources import copy_sentence_transformers_files, sentence_tran
 from ..errors import handled_errors, require_type
 from ..hub.model_card import create_trainer_model_card
 from ..hub.redaction import tokens_redacted
+from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder
 from .arguments import DataArguments, ModelArguments, OutputArguments
 from .data import (
@@ -330,7 +331,7 @@ def finetune(
     set_seed(training_args.seed)
     config = build_config(model_args, family, label_names)
     processing_class, transform, collator = prepare_inputs(task, model_args, data_args, config, parts)
-    if config.norm_type == "sepnorm" and config.sepnorm_prefix_norm == "batchnorm":
+    if norm_spec(config.norm_type).uses_batch_statistics(config):
         if not training_args.dataloader_drop_last:
             check_batch_norm_batches(
                 len(parts["train"]),

@@ -41,20 +41,17 @@ from ..models.modeling_bert_norm import BertNormForMaskedLM, BertNormForSequence
 from ..models.modeling_deit_norm import DeiTNormForImageClassification
 from ..models.modeling_dinov2_norm import Dinov2NormForImageClassification
 from ..models.modeling_vit_norm import ViTNormForImageClassification
-from ..models.norms import function_preserving_options
+from ..models.norms import NORM_TYPES, STOCK, function_preserving_options, norm_spec
 from .arguments import ModelArguments
 from .data import FinetuneInputError
 
 logger = logging.getLogger(__name__)
 
-# options of the calibrated norm types a user may set explicitly (else the conversion's defaults: per channel)
-CALIBRATED_OPTIONS = {
-    "dyt_alpha_init",
-    "dyt_per_channel_alpha",
-    "derf_alpha_init",
-    "derf_shift_init",
-    "derf_per_channel",
-}
+# options of the norm types a conversion cannot load plainly, which a user may set explicitly (else the conversion's
+# defaults: DyT's and Derf's per channel)
+CONVERTED_OPTIONS = frozenset(
+    option.name for spec in NORM_TYPES.values() if spec.preserving_options is None for option in spec.options
+)
 CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16  # training examples a converted DyT/Derf model is calibrated on
 
 FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
@@ -177,9 +174,9 @@ DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 def statistics_free_norms(config: PreTrainedConfig) -> list[str]:
-    """The norm types of `config` that no option makes LayerNorm (DyT, Derf), over its layers."""
-    types = getattr(config, "layer_norm_types", None) or [getattr(config, "norm_type", "layernorm")]
-    return sorted({kind for kind in types if function_preserving_options(kind) is None})
+    """The norm types of `config` without statistics (DyT, Derf), over its layers."""
+    types = getattr(config, "layer_norm_types", None) or [getattr(config, "norm_type", STOCK)]
+    return sorted({kind for kind in types if norm_spec(kind).statistics_free})
 
 
 def normalization_free_choices(config: PreTrainedConfig, model_args: ModelArguments) -> dict[str, Any]:
@@ -205,10 +202,10 @@ def normalization_free_choices(config: PreTrainedConfig, model_args: ModelArgume
 
 def converted_from_layernorm(model_args: ModelArguments) -> bool:
     """Whether the model is a LayerNorm checkpoint loaded into another norm_type."""
-    if model_args.model_name_or_path is None or model_args.norm_type in (None, "layernorm"):
+    if model_args.model_name_or_path is None or model_args.norm_type in (None, STOCK):
         return False
     stored, _ = PreTrainedConfig.get_config_dict(model_args.model_name_or_path, token=model_args.token)
-    return stored.get("norm_type", "layernorm") == "layernorm"
+    return stored.get("norm_type", STOCK) == STOCK
 
 
 def override_keys(overrides: str | None) -> set[str]:
@@ -232,9 +229,9 @@ def build_model(
     if calibration is None or function_preserving_options(config.norm_type) is not None:
         return model_class.from_pretrained(model_args.model_name_or_path, config=config, **loading)
     teacher_config = copy.deepcopy(config)
-    teacher_config.norm_type = "layernorm"
+    teacher_config.norm_type = STOCK
     teacher = model_class.from_pretrained(model_args.model_name_or_path, config=teacher_config, **loading)
-    explicit = override_keys(model_args.config_overrides) & CALIBRATED_OPTIONS
+    explicit = override_keys(model_args.config_overrides) & CONVERTED_OPTIONS
     student = convert_model(
         teacher, config.norm_type, calibration.examples, processor=calibration.processor,
         calibration_samples=calibration.samples, max_length=calibration.max_length,

@@ -7,8 +7,9 @@
   `Trainer.get_decay_parameter_names` only knows `nn.LayerNorm` and names containing "bias"/"norm", so it would decay
   DyT's `alpha`, Derf's `alpha` and `shift` (when per channel they are 1-D anyway) and DTN's gates.
 - `NormTrainer`: a `Trainer` whose optimizer uses those groups.
-- `NormStateCallback`: adds each norm's learned state (DyT alpha, Derf alpha and shift, DTN gates, LaPE position-norm gain) to the training
-  logs, so it shows in the console and in `trainer_state.json`'s `log_history`.
+- `NormStateCallback`: adds each norm's learned state (its `learned_state()`: DyT alpha, Derf alpha and shift, DTN gates,
+  LaPE position-norm gain) to the training logs, so it shows in the console and in `trainer_state.json`'s
+  `log_history`.
 """
 
 from __future__ import annotations
@@ -17,17 +18,14 @@ from torch import nn
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..hub.model_card import NormCardTrainerMixin
-from ..models.norms import DynamicErf, DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm
+from ..models.norms import NORM_TYPES
 
 NORM_MODULE_TYPES: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,  # includes hf_norms.LayerNorm and PositionEmbeddingNorm
     nn.RMSNorm,
     nn.GroupNorm,
     nn.modules.batchnorm._NormBase,  # BatchNorm / SyncBatchNorm (SepNorm's prefix norm)
-    DynamicTanh,
-    DynamicErf,
-    DynamicTokenNorm,
-    SeparateNorm,
+    *dict.fromkeys(spec.layer() for spec in NORM_TYPES.values()),  # every registered norm
 )
 # Parameters held directly by ViT/DeiT embeddings that timm's `no_weight_decay()` lists.
 TOKEN_PARAMETER_NAMES = frozenset({"cls_token", "distillation_token", "mask_token", "position_embeddings"})
@@ -78,25 +76,12 @@ class NormTrainer(NormCardTrainerMixin, Trainer):
 
 
 def norm_state(model: nn.Module) -> dict[str, float]:
-    """The learned state of each norm in `model`, keyed `norm_state/<module name>.<quantity>`.
-
-    - DyT: `alpha` (the mean over channels when it is per-channel); Derf: `alpha` and `shift` (means likewise).
-    - DTN: `mean_gate` and `var_gate`, the effective gates `clamp(l, 0, 1)` averaged over heads (1 is LayerNorm).
-    - LaPE: `pe_gain`, the mean `|weight|` of each position norm (0 when the branch adds nothing).
-    """
+    """The learned state of each norm in `model` that has one (its `learned_state()`: DyT's `alpha`, Derf's `alpha`
+    and `shift`, DTN's effective gates, LaPE's position-norm gain), keyed `norm_state/<module name>.<quantity>`."""
     state: dict[str, float] = {}
     for name, module in model.named_modules():
-        key = f"{NORM_STATE_PREFIX}{name}"
-        if isinstance(module, DynamicTanh):
-            state[f"{key}.alpha"] = module.alpha.detach().float().mean().item()
-        elif isinstance(module, DynamicErf):
-            state[f"{key}.alpha"] = module.alpha.detach().float().mean().item()
-            state[f"{key}.shift"] = module.shift.detach().float().mean().item()
-        elif isinstance(module, DynamicTokenNorm):
-            state[f"{key}.mean_gate"] = module.mean_gate.detach().float().clamp(0, 1).mean().item()
-            state[f"{key}.var_gate"] = module.var_gate.detach().float().clamp(0, 1).mean().item()
-        elif isinstance(module, PositionEmbeddingNorm):
-            state[f"{key}.pe_gain"] = module.weight.detach().float().abs().mean().item()
+        if callable(getattr(module, "learned_state", None)):
+            state.update({f"{NORM_STATE_PREFIX}{name}.{key}": value for key, value in module.learned_state().items()})
     return state
 
 

@@ -1,0 +1,372 @@
+"""The registry of hf-norms' normalization layers: `NORM_TYPES`, one `NormSpec` (`norm_spec.py`) per `norm_type`.
+
+A norm is its layer file (`norm_<name>.py`) plus one entry here; everything else (the config fields, building the
+models, converting, calibrating, folding, training, the command line's choices, the model cards) reads this registry.
+Each entry's `layer` function imports its layer class when first called, so this module imports neither torch nor
+transformers (the command line reads the names from here), and transformers, which follows relative imports when it
+copies the model set next to a checkpoint for `trust_remote_code`, copies every layer file.
+"""
+
+from __future__ import annotations
+
+from .norm_spec import CardText, NormSpec, Option, Paper, finite, one_of, positive_finite, unit_interval
+
+STOCK = "layernorm"  # the stock model's norm_type
+CVPR = "Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)"
+PRE_LN_FAMILIES = frozenset({"vit", "deit", "dinov2"})
+REPLACED = "Every LayerNorm of the model is replaced."
+
+
+def statistics_free_caveats(name: str):
+    """Card caveats of a norm without statistics called `name`."""
+
+    def caveats(options, family, untrained):
+        items = [f"{name} has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's."]
+        if family == "bert":
+            items.append(
+                f"BERT is post-LN; the {name} paper tested pre-LN transformers only, so {name} on BERT is outside what "
+                "it tested: treat it as experimental."
+            )
+        return items
+
+    return caveats
+
+
+def _layernorm():
+    from .norm_layernorm import LayerNorm
+
+    return LayerNorm
+
+
+def _dyt():
+    from .norm_dyt import DynamicTanh
+
+    return DynamicTanh
+
+
+def _derf():
+    from .norm_derf import DynamicErf
+
+    return DynamicErf
+
+
+def _dtn():
+    from .norm_dtn import DynamicTokenNorm
+
+    return DynamicTokenNorm
+
+
+def _sepnorm():
+    from .norm_sepnorm import SeparateNorm
+
+    return SeparateNorm
+
+
+def _dtn_caveats(options, family, untrained):
+    items = [
+        "DTN mixes statistics across tokens: a token's output depends on the other tokens of its sequence, and the "
+        "model cannot run as a causal decoder."
+    ]
+    if family == "bert":
+        items.append("DTN on text (one row of tokens) has no reference implementation from its authors.")
+    if options["dtn_gate_init"] == 1.0 and untrained:
+        items.append("Its gates are at 1, where DTN is exactly LayerNorm; token mixing acts only after training.")
+    return items
+
+
+def _dtn_heads(name, value, config) -> str | None:
+    heads = value or config.num_attention_heads
+    if heads > 0 and config.hidden_size % heads == 0:
+        return None
+    return f"DTN heads ({heads}) must be a positive divisor of hidden_size ({config.hidden_size}); set {name} to one."
+
+
+def _sepnorm_caveats(options, family, untrained):
+    if options["sepnorm_prefix_norm"] == "batchnorm":
+        return [
+            "The prefix norm is a BatchNorm: inference uses its running statistics, training needs batches of more "
+            "than one example, and multi-process training needs SyncBatchNorm."
+        ]
+    return ["The prefix norm is a LayerNorm (for an exact conversion), not the BatchNorm of the paper's default."]
+
+
+def _lape_caveats(options, family, untrained):
+    items = []
+    if options["lape_keep_input_pe"]:
+        items.append(
+            "The input position embedding is kept and every `pe_norm` starts at zero (a function-preserving hybrid): "
+            "this is the paper's architecture only in spirit until training moves the `pe_norm`s."
+        )
+    if family == "bert":
+        items.append("The LaPE paper covers vision transformers only; its BERT form here is an analogue.")
+    return items
+
+
+NORM_TYPES: dict[str, NormSpec] = {
+    STOCK: NormSpec(
+        name=STOCK,
+        short_name="LayerNorm",
+        layer=_layernorm,
+        text=CardText(
+            title="LayerNorm",
+            headline="with its stock LayerNorms",
+            description="The stock LayerNorm: statistics over the channels of each token, then a per-channel affine map.",
+            equation=r"y = \gamma \odot \frac{x - \mu(x)}{\sqrt{\sigma^2(x) + \epsilon}} + \beta",
+            placement="Every norm of the stock model is a LayerNorm; the model is the stock architecture.",
+        ),
+    ),
+    "dyt": NormSpec(
+        name="dyt",
+        short_name="DyT",
+        layer=_dyt,
+        text=CardText(
+            title="Dynamic Tanh (DyT)",
+            headline="with **Dynamic Tanh (DyT)** in place of its LayerNorms",
+            description=(
+                "DyT replaces normalization by an element-wise squashing function with a learnable input scale. It "
+                "computes no statistics: each channel of each token is mapped on its own."
+            ),
+            equation=r"y = \gamma \odot \tanh(\alpha x) + \beta",
+            placement=(
+                "`alpha` is one learnable scalar per norm (or one per channel with `dyt_per_channel_alpha`); `gamma` "
+                f"and `beta` are the per-channel `weight` and `bias`. {REPLACED}"
+            ),
+        ),
+        paper=Paper(
+            key="zhu2025dyt",
+            title="Transformers without Normalization",
+            authors=("Jiachen Zhu", "Xinlei Chen", "Kaiming He", "Yann LeCun", "Zhuang Liu"),
+            booktitle=CVPR,
+            year=2025,
+            arxiv_id="2503.10622",
+        ),
+        options=(
+            Option("dyt_alpha_init", float, 0.5, "DyT's initial alpha (> 0).", positive_finite),
+            Option("dyt_per_channel_alpha", bool, False, "One alpha per channel instead of one scalar per layer."),
+        ),
+        preserving_options=None,
+        calibration="tanh",
+        conversion_options={"dyt_per_channel_alpha": True},
+        added_parameters=(".alpha",),
+        statistics_free=True,
+        caveats=statistics_free_caveats("DyT"),
+    ),
+    "derf": NormSpec(
+        name="derf",
+        short_name="Derf",
+        layer=_derf,
+        text=CardText(
+            title="Dynamic erf (Derf)",
+            headline="with **Dynamic erf (Derf)** in place of its LayerNorms",
+            description=(
+                "Derf, DyT's successor, replaces normalization by the error function of a learnably scaled and "
+                "shifted input. It computes no statistics: each channel of each token is mapped on its own."
+            ),
+            equation=r"y = \gamma \odot \mathrm{erf}(\alpha x + s) + \beta",
+            placement=(
+                "`alpha` and the shift `s` are one learnable scalar each per norm (or one per channel with "
+                f"`derf_per_channel`); `gamma` and `beta` are the per-channel `weight` and `bias`. {REPLACED}"
+            ),
+        ),
+        paper=Paper(
+            key="chen2026derf",
+            title="Stronger Normalization-Free Transformers",
+            authors=("Mingzhi Chen", "Taiming Lu", "Jiachen Zhu", "Mingjie Sun", "Zhuang Liu"),
+            booktitle=CVPR,
+            year=2026,
+            arxiv_id="2512.10938",
+        ),
+        options=(
+            Option(
+                "derf_alpha_init",
+                float,
+                0.5,
+                "Derf's initial alpha (> 0), the scale inside `erf(alpha * x + shift)`; the paper's 0.5. A later "
+                "study (arXiv 2604.01563) found a smaller init (0.3) better at 1B scale with the Muon optimizer.",
+                positive_finite,
+            ),
+            Option("derf_shift_init", float, 0.0, "Derf's initial shift (finite); the paper's 0.0.", finite),
+            Option(
+                "derf_per_channel",
+                bool,
+                False,
+                "One alpha and one shift per channel instead of one scalar each per layer (the paper's).",
+            ),
+        ),
+        preserving_options=None,
+        calibration="erf",
+        conversion_options={"derf_per_channel": True},
+        added_parameters=(".alpha", ".shift"),
+        statistics_free=True,
+        caveats=statistics_free_caveats("Derf"),
+    ),
+    "dtn": NormSpec(
+        name="dtn",
+        short_name="DTN",
+        layer=_dtn,
+        text=CardText(
+            title="Dynamic Token Normalization (DTN)",
+            headline="with **Dynamic Token Normalization (DTN)** in place of its LayerNorms",
+            description=(
+                "DTN mixes, per head group of channels, the LayerNorm statistics of each token with statistics "
+                "gathered across tokens, weighted by learned functions of the relative position of the tokens."
+            ),
+            equation=(
+                r"\mu_h = \lambda_\mu \mu^{LN} + (1 - \lambda_\mu) P_h x_h,\quad "
+                r"\sigma^2_h = \lambda_\sigma \sigma^{2,LN} + (1 - \lambda_\sigma)\left(P_h x_h^2 - (P_h x_h)^2\right),"
+                r"\quad y = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
+            ),
+            placement=(
+                r"`P_h = softmax(a_h · R + b_h)` over source tokens, with `R` the relative offsets `(dx, dy, dx² + "
+                "dy²)` on the patch grid (one row for text); the gates `λ` are per head. Prefix tokens ([CLS], DeiT's "
+                "distillation token) keep LayerNorm statistics, and padding never enters the shared statistics. With "
+                "both gates at 1 it is exactly LayerNorm."
+            ),
+        ),
+        paper=Paper(
+            key="shao2022dtn",
+            title="Dynamic Token Normalization Improves Vision Transformers",
+            authors=(
+                "Wenqi Shao",
+                "Yixiao Ge",
+                "Zhaoyang Zhang",
+                "Xuyuan Xu",
+                "Xiaogang Wang",
+                "Ying Shan",
+                "Ping Luo",
+            ),
+            booktitle="International Conference on Learning Representations (ICLR)",
+            year=2022,
+            arxiv_id="2112.02624",
+        ),
+        options=(
+            Option(
+                "dtn_num_heads",
+                int | None,
+                None,
+                "DTN head groups; defaults to `num_attention_heads`. Must divide `hidden_size`.",
+                _dtn_heads,
+            ),
+            Option(
+                "dtn_gate_init",
+                float,
+                0.5,
+                "Initial value of DTN's mean and variance gates, in [0, 1]; 1.0 is exactly LayerNorm.",
+                unit_interval,
+            ),
+        ),
+        preserving_options={"dtn_gate_init": 1.0},  # gates at 1: LayerNorm's statistics for every token
+        preserving_note="mean and variance gates at 1 (LayerNorm's statistics) in {count} DTN norms",
+        added_parameters=(".pos_proj.weight", ".pos_proj.bias", ".mean_gate", ".var_gate"),
+        per_token=False,
+        caveats=_dtn_caveats,
+    ),
+    "sepnorm": NormSpec(
+        name="sepnorm",
+        short_name="SepNorm",
+        layer=_sepnorm,
+        text=CardText(
+            title="SepNorm",
+            headline="with **SepNorm** in place of its LayerNorms",
+            description=(
+                "SepNorm normalizes the prefix tokens ([CLS], and DeiT's distillation token) with their own norm."
+            ),
+            equation=(
+                r"y_{\mathrm{prefix}} = \mathrm{Norm}_{\mathrm{prefix}}(x_{\mathrm{prefix}}),\quad "
+                r"y_{\mathrm{tokens}} = \mathrm{LN}(x_{\mathrm{tokens}})"
+            ),
+            placement=(
+                "The prefix norm is a BatchNorm over the batch (the paper's default) or a LayerNorm "
+                "(`sepnorm_prefix_norm`); every LayerNorm of the model is replaced."
+            ),
+        ),
+        paper=Paper(
+            key="chen2023sepnorm",
+            title="On Separate Normalization in Self-supervised Transformers",
+            authors=("Xiaohui Chen", "Yinkai Wang", "Yuanqi Du", "Soha Hassoun", "Li-Ping Liu"),
+            booktitle="Advances in Neural Information Processing Systems (NeurIPS)",
+            year=2023,
+            arxiv_id="2309.12931",
+        ),
+        options=(
+            Option(
+                "sepnorm_prefix_norm",
+                str,
+                "batchnorm",
+                "SepNorm's norm for the prefix tokens: `batchnorm` (official) or `layernorm` (exact conversion).",
+                one_of("batchnorm", "layernorm"),
+            ),
+        ),
+        preserving_options={"sepnorm_prefix_norm": "layernorm"},  # both parts start as copies of the LayerNorm
+        preserving_note="prefix_norm copied from the LayerNorm in {count} SepNorm norms",
+        added_parameters=tuple(
+            f".prefix_norm.{name}" for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+        ),
+        uses_batch_statistics=lambda config: config.sepnorm_prefix_norm == "batchnorm",
+        caveats=_sepnorm_caveats,
+    ),
+    "lape": NormSpec(
+        name="lape",
+        short_name="LaPE",
+        layer=_layernorm,
+        text=CardText(
+            title="LaPE (layer-adaptive position embedding)",
+            headline="with **LaPE**: its position embedding normalized by its own LayerNorm in every layer",
+            description=(
+                "LaPE takes the position embedding out of the input sum: each layer normalizes it with its own "
+                "LayerNorm and adds it to that layer's attention input only."
+            ),
+            equation=(
+                r"p_l = \mathrm{LN}^{pe}_l(p_{l-1}),\quad x \leftarrow x + \mathrm{Attn}(\mathrm{LN}(x) + p_l),\quad "
+                r"x \leftarrow x + \mathrm{MLP}(\mathrm{LN}(x))"
+            ),
+            placement=(
+                '`lape_mode="shared"` normalizes the input embedding `p_0` at every layer instead of the previous '
+                "layer's; `lape_keep_input_pe` keeps the embedding in the input as well, with every `pe_norm` "
+                "starting at zero."
+            ),
+        ),
+        paper=Paper(
+            key="yu2023lape",
+            title="LaPE: Layer-adaptive Position Embedding for Vision Transformers with Independent Layer Normalization",
+            authors=(
+                "Runyi Yu",
+                "Zhennan Wang",
+                "Yinhuai Wang",
+                "Kehan Li",
+                "Chang Liu",
+                "Haoyi Duan",
+                "Xiangyang Ji",
+                "Jie Chen",
+            ),
+            booktitle="Proceedings of the IEEE/CVF International Conference on Computer Vision (ICCV)",
+            year=2023,
+            arxiv_id="2212.05262",
+            pages="5886--5896",
+        ),
+        options=(
+            Option(
+                "lape_mode",
+                str,
+                "cascade",
+                "LaPE: `cascade` (each layer normalises the previous layer's PE, ICCV) or `shared` (each layer "
+                "normalises the input PE, arXiv v1).",
+                one_of("cascade", "shared"),
+            ),
+            Option(
+                "lape_keep_input_pe",
+                bool,
+                False,
+                "LaPE: keep the PE in the input sum and start every `pe_norm` at weight 0, bias 0, which preserves a "
+                "stock model's function exactly.",
+            ),
+        ),
+        preserving_options={"lape_keep_input_pe": True},  # the input PE stays, every pe_norm starts at zero
+        preserving_note="the input position embedding kept and pe_norm at zero in {count} layers",
+        added_parameters=(".pe_norm.weight", ".pe_norm.bias"),
+        position_norms=True,
+        keeps_input_position_embeddings=lambda config: config.lape_keep_input_pe,
+        caveats=_lape_caveats,
+    ),
+}
+NORM_NAMES = tuple(NORM_TYPES)

@@ -1,0 +1,145 @@
+"""What the registry (`norm_registry.py`) says about each norm_type: `NormSpec`, with its config `Option`s, its `Paper`
+and the `CardText` a model card explains it with.
+
+Imports neither torch nor transformers. Copied next to a saved checkpoint for `trust_remote_code`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# A config check: (the option's name, its value, the whole config) -> the sentence saying what is wrong, or None.
+Check = Callable[[str, Any, Any], "str | None"]
+
+
+def positive_finite(name: str, value: Any, config: Any) -> str | None:
+    return None if value > 0 and math.isfinite(value) else f"{name} must be a finite number > 0, got {value}."
+
+
+def finite(name: str, value: Any, config: Any) -> str | None:
+    return None if math.isfinite(value) else f"{name} must be a finite number, got {value}."
+
+
+def unit_interval(name: str, value: Any, config: Any) -> str | None:
+    return None if 0.0 <= value <= 1.0 else f"{name} must be in [0, 1], got {value}."
+
+
+def one_of(*choices: str) -> Check:
+    def check(name: str, value: Any, config: Any) -> str | None:
+        return None if value in choices else f"{name}={value!r} is not supported; choose one of {choices}."
+
+    return check
+
+
+@dataclass(frozen=True)
+class Option:
+    """A config field a norm adds: its name, type (`annotation`), default, one sentence for the config's docstring, and
+    the check of its value (`check(name, value, config)`: what is wrong, or None)."""
+
+    name: str
+    annotation: Any
+    default: Any
+    doc: str
+    check: Check | None = None
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper a norm comes from; `authors` as "First Last" in the paper's order."""
+
+    key: str
+    title: str
+    authors: tuple[str, ...]
+    booktitle: str
+    year: int
+    arxiv_id: str
+    pages: str | None = None
+
+    @property
+    def short_citation(self) -> str:
+        """E.g. `Zhu et al., Transformers without Normalization, CVPR 2025 (arXiv 2503.10622)`."""
+        return f"{self.authors[0].split()[-1]} et al., {self.title}, {self.venue} (arXiv {self.arxiv_id})"
+
+    @property
+    def venue(self) -> str:
+        return f"{self.booktitle.split('(')[-1].rstrip(')')} {self.year}" if "(" in self.booktitle else self.booktitle
+
+    @property
+    def url(self) -> str:
+        return f"https://arxiv.org/abs/{self.arxiv_id}"
+
+    def bibtex(self) -> str:
+        """A BibTeX `@inproceedings` entry with the arXiv id as `eprint`."""
+        authors = " and ".join(f"{name.split()[-1]}, {' '.join(name.split()[:-1])}" for name in self.authors)
+        fields = [("title", self.title), ("author", authors), ("booktitle", self.booktitle), ("year", str(self.year)),
+                  *([("pages", self.pages)] if self.pages else []), ("eprint", self.arxiv_id),
+                  ("archivePrefix", "arXiv")]  # fmt: skip
+        body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields)
+        return f"@inproceedings{{{self.key},\n{body}\n}}"
+
+
+@dataclass(frozen=True)
+class CardText:
+    """How a model card explains a norm: a title, what it does to the model (`headline`), a paragraph, a LaTeX
+    equation, and where it sits (`placement`)."""
+
+    title: str
+    headline: str
+    description: str
+    equation: str
+    placement: str
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """One `norm_type`: everything hf-norms knows about it.
+
+    - `layer()`: its layer class (imported when called), built from a config by `layer().from_config(config,
+      hidden_size, num_prefix_tokens, one_dimensional)`; the layer takes `[batch, seq_len, hidden]` and an optional
+      `TokenLayout` and returns the same shape; its affine parameters are `weight` and `bias`, as LayerNorm's.
+    - `options`: the config fields it adds, with defaults and checks.
+    - `preserving_options`: the option values under which a LayerNorm checkpoint loaded into it computes exactly the
+      same function (None: no values can, it has no statistics); `preserving_note` says what such a load sets, for a
+      count of modules. `centered_families`: the families (pre-LN) in which it reproduces LayerNorm exactly once the
+      residual stream is kept free of its channel mean (`conversion.residual_stream`). Elsewhere a conversion is
+      calibrated on data with `calibration` (the per-layer fit: `tanh`, `erf` or `gradient`) and healed, with the
+      `conversion_options` (e.g. one alpha per channel) unless the user sets them.
+    - `added_parameters`: the parameter-name suffixes it adds to a LayerNorm's `weight` and `bias` (what a LayerNorm
+      checkpoint lacks).
+    - `per_token`: each token's output depends only on that token (else it mixes tokens: not in a task head, not in a
+      causal decoder). `position_norms`: each layer gets a LaPE position norm. `folds`: its output is `weight * z +
+      bias`, so the affine folds into the next Linear layers. `statistics_free`: no statistics (the output follows the
+      input's scale). `uses_batch_statistics(config)`, `keeps_input_position_embeddings(config)`: what a config of it
+      does.
+    - `paper`, `text`, `caveats(options, family, untrained)`: what a model card cites and says.
+    """
+
+    name: str
+    short_name: str
+    layer: Callable[[], type]
+    text: CardText
+    paper: Paper | None = None
+    options: tuple[Option, ...] = ()
+    preserving_options: Mapping[str, Any] | None = field(default_factory=dict)
+    preserving_note: str = ""
+    centered_families: frozenset[str] = frozenset()
+    calibration: str | None = None
+    conversion_options: Mapping[str, Any] = field(default_factory=dict)
+    added_parameters: tuple[str, ...] = ()
+    per_token: bool = True
+    position_norms: bool = False
+    folds: bool = True
+    statistics_free: bool = False
+    uses_batch_statistics: Callable[[Any], bool] = lambda config: False
+    keeps_input_position_embeddings: Callable[[Any], bool] = lambda config: True
+    caveats: Callable[[Mapping[str, Any], str, bool], list[str]] = lambda options, family, untrained: []
+
+    def converts_exactly(self, family: str, options: Mapping[str, Any]) -> bool:
+        """Whether a conversion of a `family` LayerNorm checkpoint with these option values computes its function."""
+        if family in self.centered_families:
+            return True
+        preserving = self.preserving_options
+        return preserving is not None and all(options.get(name) == value for name, value in preserving.items())
