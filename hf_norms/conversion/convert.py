@@ -3,13 +3,15 @@
     hf-norms convert SRC --norm-type T --output DIR [--option KEY=VALUE ...] [--calibration-data DATA] [--fold]
     converted = hf_norms.convert_model(model, "dtn")            # in memory; converted.conversion_report
 
-- `sepnorm`, `dtn`, `lape` (and `layernorm`) convert exactly by default: SepNorm with a LayerNorm for both parts, each
-  a copy of the original; DTN with both gates at 1; LaPE keeping the input position embedding and starting every
-  position norm at weight 0, bias 0 (`norms.function_preserving_options`). Other option values give a `naive`
-  (inexact) conversion, ready for healing.
-- `dyt` and `derf` need calibration data: the naive swap (LN gamma/beta copied, alpha and shift at their inits) is
-  measured, then every DyT/Derf layer is calibrated in forward order (`calibration.calibrate_norms`), with one
-  alpha (and Derf shift) per channel by default.
+- Norms with function-preserving options (`sepnorm`, `dtn`, `lape`, `layernorm`; the registry's
+  `preserving_options`) convert exactly by default: SepNorm with a LayerNorm for both parts, each a copy of the
+  original; DTN with both gates at 1; LaPE keeping the input position embedding and starting every position norm at
+  weight 0, bias 0. Other option values give a `naive` (inexact) conversion, ready for healing.
+- Norms exact on a centred residual stream (the registry's `centered_families`) convert exactly in those families
+  once every write into the residual stream is made mean-free (`residual_stream.center_residual_stream`).
+- The others need calibration data (`dyt`, `derf`; the registry's `calibration`): the naive swap (LN gamma/beta
+  copied, the rest at its inits) is measured, then every converted layer is calibrated in forward order
+  (`calibration.calibrate_norms`), DyT's and Derf's with one alpha (and shift) per channel by default.
   `hf-norms heal` then distils the result from the original.
 - `--fold` moves the norms' gamma/beta into the Linear layers that read them (ViT/DeiT only, see `folding`).
 
@@ -49,6 +51,7 @@ from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
 from .report import write_report
+from .residual_stream import center_residual_stream
 from .sharded import MappedWeights, drop_pages_after_reading, pages_dropped_after_use, save_like_source
 from .sources import (
     SourceModel,
@@ -217,8 +220,12 @@ def convert_model(
     check_calibration_data(norm_type, source.family, calibration_data)
     if fold and source.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
-    if share_weights and (fold or not exact):
-        raise ConversionError("share_weights=True needs an exact conversion without fold: those edit the weights.")
+    centered = source.family in norm_spec(norm_type).centered_families
+    if share_weights and (fold or centered or not exact):
+        raise ConversionError(
+            "share_weights=True needs an exact conversion that edits no weight: without fold, and not one that centres "
+            "the residual stream."
+        )
     check_finite_weights(model, source.architecture)
     teacher = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
     training = teacher.training
@@ -229,6 +236,8 @@ def convert_model(
     data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
                                             probe_data, probe_samples, batch_size, max_length, data.evaluation)  # fmt: skip
     student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
+    if centered:  # exact once the residual stream is free of its mean (`residual_stream`)
+        center_residual_stream(student)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
         calibrated = norm_spec(norm_type) if needs_calibration(norm_spec(norm_type), source.family) else None
@@ -383,7 +392,8 @@ def convert(
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    mapped = exact and not fold and not checkpoint.uses_pickle and target.type == "cpu"
+    centered = source_model.family in norm_spec(norm_type).centered_families  # edits the weights
+    mapped = exact and not (fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
     weights = MappedWeights(checkpoint.path) if mapped else None
     teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
     with pages_dropped_after_use(weights) if weights else nullcontext():
