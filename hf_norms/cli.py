@@ -364,22 +364,23 @@ def add_push(subparsers: argparse._SubParsersAction) -> None:
         help="publish a checkpoint folder with its model card to a Hub endpoint (arguments as `hf upload`)",
         description=(
             "Upload an hf-norms checkpoint folder to REPO_ID in one commit, with a model card rendered from its "
-            "conversion report and training metrics; the arguments and --include/--exclude work as in `hf upload`. "
-            "Files that look like secrets, pickles, hidden files and checkpoint-*/ are never uploaded unless named "
-            "with --include-skipped, and no file holding the token ever is."
+            "conversion report and training metrics; the arguments work as in `hf upload`. Only what a checkpoint is "
+            "made of is uploaded (config, safetensors weights, tokenizer or image processor, sentence-transformers "
+            "files, reports, hf-norms' own model code); --include adds files, --exclude removes them. Files holding "
+            "pickles, keys or credentials are never uploaded, and no file holding the token ever is."
         ),
     )
     parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. my-org/vit-dyt")
     parser.add_argument("local_path", metavar="LOCAL_PATH", nargs="?", default=".",
                         help="the checkpoint folder (config.json, model.safetensors, ...; default: the current folder)")  # fmt: skip
-    parser.add_argument("--include", action="append", metavar="GLOB",
-                        help="upload only the files whose path inside the folder matches (repeatable; README.md is "
-                             "the card)")  # fmt: skip
+    parser.add_argument("--include", action="append", default=[], metavar="GLOB",
+                        help="also upload the files whose path inside the folder matches, e.g. '*.onnx' or 'sub/' "
+                             "(repeatable; read for the token and for pickles, keys and credentials first)")  # fmt: skip
     parser.add_argument("--exclude", action="append", metavar="GLOB",
-                        help="do not upload the files whose path inside the folder matches (repeatable)")  # fmt: skip
+                        help="do not upload the files whose path inside the folder matches (repeatable; README.md is "
+                             "the card)")  # fmt: skip
     parser.add_argument("--include-skipped", action="append", default=[], metavar="PATH",
-                        help="upload this file although hf-norms skips it for safety (a secret-looking name, a pickle, "
-                             "a hidden file, checkpoint-*/); the token check still reads it (repeatable)")  # fmt: skip
+                        help="also upload this file: the same as --include PATH (repeatable)")  # fmt: skip
     parser.add_argument("--delete", action="append", default=[], metavar="GLOB",
                         help="delete matching remote files in the commit (repeatable)")  # fmt: skip
     parser.add_argument("--token", help=TOKEN_HELP)

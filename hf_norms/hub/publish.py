@@ -7,15 +7,13 @@
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
-2. picks the files to upload: those the `include`/`exclude` glob patterns pick, as `hf upload` does (all files
-   without patterns), except those skipped for safety by name or by content (`hf_norms.hub.upload_files`: secrets,
-   credentials, pickles, archives, hidden files, stray training checkpoints `checkpoint-*/`), unless a file is named
-   with `include_skipped`; the folder's own README.md is replaced by the card (itself a file the patterns pick or
-   not); a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
-3. renders the card (`hf_norms.hub.model_card`) and refuses if the token, or an encoding of it (UTF-16, base64 at any
-   alignment, hex, percent- and JSON-escapes: `hf_norms.hub.content_checks`), occurs in the card, the commit message,
-   the repo id, the branch name, the path of a file to upload or any byte of one (each file is read once, for the
-   token and for its content's kind together);
+2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of, plus what `include` adds,
+   less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
+   the card; a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+3. renders the card (`hf_norms.hub.model_card`), reads every file to upload once (`content_checks`), leaving out those
+   whose content it never publishes (pickles, keys and credentials, archives it cannot check, also once unpacked), and
+   refuses if the token, or an encoding of it, occurs in the card, the commit message, the repo id, the branch name,
+   the path of a file to upload or any byte of one (or of what it unpacks to);
 4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
    symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
    `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
@@ -62,20 +60,21 @@ from .model_card import model_card_for_folder
 from .redaction import tokens_redacted
 from .upload_files import (
     CARD_NAME,
+    PROCESSOR_FILES,
+    TOKENIZER_FILES,
     CheckpointRefused,
     check_token_length,
-    matches_upload_patterns,
+    excluded,
+    patterns,
     screen_files,
     select_upload_files,
 )
 
 logger = logging.getLogger(__name__)
 
-IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
 # uploaded with each such path cut to its last component
 PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
-TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
 
 
@@ -191,9 +190,9 @@ def check_preprocessor(folder: Path) -> None:
     """A tokenizer or an image processor must be saved next to the weights (pipelines and users need it), and load."""
     from transformers import AutoImageProcessor, AutoTokenizer
 
-    if any((folder / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+    if any((folder / name).is_file() for name in PROCESSOR_FILES):
         loader = AutoImageProcessor
-    elif any((folder / name).is_file() for name in TOKENIZER_MARKERS):
+    elif any((folder / name).is_file() for name in TOKENIZER_FILES):
         loader = AutoTokenizer
     else:
         raise CheckpointRefused(
@@ -227,27 +226,6 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
-def files_to_publish(
-    folder: Path,
-    code_files: Iterable[str],
-    include: str | Sequence[str] | None,
-    exclude: str | Sequence[str] | None,
-    include_skipped: Iterable[str],
-    token: str | None,
-    texts: dict[str, str],
-) -> list[str]:
-    """The files of `folder` to upload: what the patterns pick, less what is skipped for safety by name or content
-    (logged), the model's remote code never taken for a secret. Reads every picked file once (`screen_files`) and
-    refuses a push that would publish the token in a file's path or bytes or in one of `texts`."""
-    code_files = [name for name in code_files if matches_upload_patterns(name, include, exclude)]
-    named = [*include_skipped, *code_files]
-    files, skipped = select_upload_files(folder, include, exclude, named)
-    files, content_skipped = screen_files(folder, files, token, named, texts)
-    for name, reason in sorted({**skipped, **content_skipped}.items()):
-        logger.info("Not uploading %s: %s (name it with --include-skipped to upload it anyway)", name, reason)
-    return files
-
-
 def push_to_hub(
     folder: str | os.PathLike[str],
     repo_id: str,
@@ -266,18 +244,18 @@ def push_to_hub(
 ) -> CommitInfo | list[str]:
     """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring.
 
-    `revision` is a branch, created from main when missing. `include` and `exclude` are glob patterns on the paths
-    inside `folder` (README.md standing for the card), applied as `hf upload --include/--exclude` apply them; they
-    never make hf-norms upload a file it skips for safety. `include_skipped` names files to upload although they would
-    be skipped (the token check still reads them).
-    `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted
-    otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`, `license`, `datasets`,
-    `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns the file list
-    (README.md included) without contacting the endpoint.
+    `revision` is a branch, created from main when missing. The files uploaded are what a checkpoint is made of
+    (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside `folder`, as `hf upload --include`
+    applies them) add files, `exclude` patterns remove files (README.md standing for the card); `include_skipped`
+    names paths to add, as `include` does. Every file uploaded is read for the token and for content hf-norms never
+    publishes. `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit;
+    nothing is deleted otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`,
+    `license`, `datasets`, `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns
+    the file list (README.md included) without contacting the endpoint.
 
-    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is uploaded,
-    or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds the token
-    (`hf_norms.hub.redaction`).
+    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is created
+    or uploaded, or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds
+    the token (`hf_norms.hub.redaction`).
     """
     require_type("folder", folder, (str, os.PathLike), "the checkpoint folder to upload")
     require_type("repo_id", repo_id, str, "a Hub repo id such as my-org/vit-dyt")
@@ -287,25 +265,22 @@ def push_to_hub(
         check_token_length(token)
         folder = Path(folder).resolve()
         config, code_files = check_checkpoint(folder)
-        render_card = matches_upload_patterns(CARD_NAME, include, exclude)
-        card_text = str(model_card_for_folder(folder, repo_id, **card_overrides)) if render_card else ""
+        files, left_out = select_upload_files(folder, code_files, [*patterns(include), *include_skipped], exclude)
+        render_card = not excluded(CARD_NAME, exclude)
+        card = model_card_for_folder(folder, repo_id, **card_overrides) if render_card else ""
         message = commit_message or (
             f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
         )
         texts = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
-        if render_card:
-            texts[f"{CARD_NAME} (rendered)"] = card_text
-        files = files_to_publish(folder, code_files, include, exclude, include_skipped, token, texts)
-        render_card = render_card and CARD_NAME not in files  # README.md named with include_skipped is uploaded as is
+        texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}
+        files, content_left_out = screen_files(folder, files, token, texts)
+        for name, reason in sorted({**left_out, **content_left_out}.items()):
+            logger.info("Not uploading %s: %s", name, reason)
         if not files and not render_card:
-            raise CheckpointRefused(
-                f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, "
-                "e.g. '*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, archives, hidden files and "
-                "checkpoint-*/ unless named with --include-skipped)."
-            )
+            raise CheckpointRefused(f"The exclude patterns leave no file of {folder} to upload; nothing was uploaded.")
         if dry_run:
             return sorted({*files, CARD_NAME} if render_card else files)
-        return upload(folder, repo_id, files, card_text if render_card else None, message, token, private=private,
+        return upload(folder, repo_id, files, str(card) if render_card else None, message, token, private=private,
                       revision=revision, endpoint=endpoint, delete_patterns=delete_patterns)  # fmt: skip
 
 

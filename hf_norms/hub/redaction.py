@@ -1,7 +1,12 @@
-"""Keep Hub tokens out of everything hf-norms prints while it talks to a Hub: log lines, warnings and error messages.
+"""The Hub token's forms, and keeping them out of everything hf-norms prints while it talks to a Hub: log lines, warnings
+and error messages.
+
+`token_forms(token)`: the byte strings whose presence means the token is there: raw, UTF-16 and UTF-32 (LE/BE), base64
+(standard and URL-safe, at each of the 3 alignments it can have inside a longer base64 text), hex (both cases, bare and
+`\\x`-escaped), percent-encoded (`quote`, every byte as `%XX` in both cases), JSON-escaped (`json.dumps`, `\\uXXXX`).
 
 Inside `tokens_redacted(token, ...)`, every log record of every logger (hf-norms', huggingface_hub's, httpx's,
-transformers', from any thread) is made with each text form of the tokens (`content_checks.text_token_forms`: the
+transformers', from any thread) is made with each text form of the tokens (`text_token_forms`: the
 token itself, its URL, hex, base64 and JSON-escaped forms) replaced by `<token>`: in the message, in the formatted
 exception and in the stack. The record factory of the `logging` module does it, so no handler, level or logger
 configured before or during the block can print an unredacted record. Warnings shown by `warnings.showwarning` are
@@ -12,16 +17,18 @@ threads at once; the redaction ends when the last one exits.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import threading
 import traceback
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from urllib.parse import quote
 
-from .content_checks import text_token_forms
-
+MIN_FORM_LENGTH = 8
 REPLACEMENT = "<token>"
 
 _lock = threading.Lock()
@@ -29,6 +36,41 @@ _active: Counter[str] = Counter()  # token -> number of open blocks that redact 
 _forms: tuple[str, ...] = ()  # the text forms of the active tokens, longest first
 _original_factory = None
 _original_showwarning = None
+
+
+def base64_cores(data: bytes, altchars: bytes | None = None) -> list[bytes]:
+    """The base64 characters fully determined by `data` when it starts at byte offset k = 0, 1, 2 (mod 3) of a longer
+    base64'd text: with k filler bytes before it, characters `ceil(8k / 6)` to `floor(8(k + n) / 6)` (exclusive)."""
+    cores = []
+    for k in range(3):
+        encoded = base64.b64encode(b"\0" * k + data, altchars=altchars)
+        cores.append(encoded[-(-8 * k // 6) : 8 * (k + len(data)) // 6])
+    return cores
+
+
+def token_forms(token: str) -> tuple[bytes, ...]:
+    """The byte strings whose presence means the token is there (see the module docstring), longest first."""
+    raw = token.encode()
+    forms = [raw, *(token.encode(codec) for codec in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"))]
+    forms += base64_cores(raw) + base64_cores(raw, altchars=b"-_")
+    forms += [raw.hex().encode(), raw.hex().upper().encode()]
+    forms += ["".join(f"\\x{byte:02{case}}" for byte in raw).encode() for case in "xX"]
+    forms += [quote(token, safe="").encode(), *("".join(f"%{byte:02{case}}" for byte in raw).encode() for case in "xX")]
+    forms += [json.dumps(token)[1:-1].encode()]
+    forms += ["".join(f"\\u{ord(char):04{case}}" for char in token).encode() for case in "xX"]
+    unique = {form for form in forms if len(form) >= MIN_FORM_LENGTH}
+    return tuple(sorted(unique, key=lambda form: (-len(form), form)))
+
+
+def text_token_forms(token: str) -> tuple[str, ...]:
+    """The forms of `token_forms` that are ASCII text (those a name, a log line or a message could hold)."""
+    return tuple(form.decode() for form in token_forms(token) if form.isascii() and b"\0" not in form)
+
+
+def text_holds_token(text: str, token_needles: tuple[bytes, ...]) -> bool:
+    """Whether a form of the token occurs in `text` (read as UTF-8, and as UTF-16/32 would hold it)."""
+    data = text.encode("utf-8", "surrogateescape")
+    return any(needle in data for needle in token_needles)
 
 
 def redact(text: str, tokens: str | Iterable[str | None] | None = None) -> str:

@@ -1,6 +1,6 @@
 """`hf-norms push` against hostile folders and inputs: symbolic links, the token in what is published, short tokens,
-bad repo ids, missing folders, and include/exclude patterns that match files hf-norms skips. Each refusal is checked on the loopback Hub (nothing uploaded) and on disk (no local
-file changed)."""
+bad repo ids, missing folders and include/exclude patterns. Each refusal is checked on the loopback Hub (nothing
+uploaded, no repo created) and on disk (no local file changed)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.utils import filter_repo_objects
 
@@ -52,6 +53,10 @@ def assert_refused_and_nothing_uploaded(api: HfApi, repo_id: str, root: Path, ma
     return message
 
 
+def dry_run_files(checkpoint: Path, **push_args) -> list[str]:
+    return push_to_hub(checkpoint, "org/patterns", token=TOKEN, dry_run=True, **push_args)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Symbolic links
 # --------------------------------------------------------------------------------------------------------------------
@@ -60,13 +65,15 @@ def assert_refused_and_nothing_uploaded(api: HfApi, repo_id: str, root: Path, ma
 def test_a_link_to_a_file_outside_the_folder_is_refused(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
     push_to_hub(checkpoint, "org/links", endpoint=api.endpoint, token=TOKEN)  # an existing repo, to compare against
     (checkpoint / "notes.txt").symlink_to(tmp_path / "outside" / "id_rsa")
-    message = assert_refused_and_nothing_uploaded(api, "org/links", tmp_path, "notes.txt")
+    assert "notes.txt" not in dry_run_files(checkpoint)  # not uploaded, so it refuses nothing
+    message = assert_refused_and_nothing_uploaded(api, "org/links", tmp_path, "notes.txt", include=["notes.txt"])
     assert "outside the folder" in message
     (checkpoint / "notes.txt").unlink()
     (checkpoint / "sub").mkdir()
     (checkpoint / "sub" / "deep.txt").symlink_to("../../../outside/id_rsa")  # relative, from a subfolder
-    assert_refused_and_nothing_uploaded(api, "org/links", tmp_path, "sub/deep.txt")
-    assert_refused_and_nothing_uploaded(api, "org/links-new", tmp_path, "sub/deep.txt")  # nor is the repo created
+    assert_refused_and_nothing_uploaded(api, "org/links", tmp_path, "sub/deep.txt", include=["sub/"])
+    (checkpoint / "conversion_report.png").symlink_to(tmp_path / "outside" / "id_rsa")  # a checkpoint file's name
+    assert_refused_and_nothing_uploaded(api, "org/links-new", tmp_path, "conversion_report.png")  # nor is it created
 
 
 @pytest.mark.parametrize("kind", ["folder inside", "folder outside", "dangling", "loop"])
@@ -84,7 +91,7 @@ def test_links_to_folders_and_links_to_nothing_are_refused(
         link.symlink_to(checkpoint / "missing.txt")
     else:
         link.symlink_to("extra")
-    assert_refused_and_nothing_uploaded(api, "org/link-kinds", tmp_path, "extra")
+    assert_refused_and_nothing_uploaded(api, "org/link-kinds", tmp_path, "extra", include=["extra"])
 
 
 def test_a_link_to_a_file_inside_the_folder_is_uploaded_as_that_file(
@@ -92,9 +99,9 @@ def test_a_link_to_a_file_inside_the_folder_is_uploaded_as_that_file(
 ) -> None:
     (checkpoint / "notes-v1.txt").write_text("first notes")
     (checkpoint / "notes.txt").symlink_to("notes-v1.txt")
-    (checkpoint / "keys.txt").symlink_to(".env")  # a link to a secret-looking file stays local, as the file does
-    (checkpoint / ".env").write_text("AWS_SECRET=abc")
-    push_to_hub(checkpoint, "org/inside-link", endpoint=api.endpoint, token=TOKEN)
+    (checkpoint / "keys.txt").symlink_to(".env")  # read as the file it leads to: a secret, left out
+    (checkpoint / ".env").write_text("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
+    push_to_hub(checkpoint, "org/inside-link", endpoint=api.endpoint, token=TOKEN, include=["*.txt", ".env"])
     remote = set(api.list_repo_files("org/inside-link"))
     assert {"notes.txt", "notes-v1.txt"} <= remote and not {"keys.txt", ".env"} & remote
     path = hf_hub_download("org/inside-link", "notes.txt", endpoint=api.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
@@ -123,7 +130,7 @@ def test_the_token_in_anything_published_is_refused(
 def test_the_token_in_a_linked_file_is_refused(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
     (checkpoint / "log.txt").write_text(f"login {TOKEN}")
     (checkpoint / "latest.txt").symlink_to("log.txt")
-    message = assert_refused_and_nothing_uploaded(api, "org/token-link", tmp_path, "latest.txt")
+    message = assert_refused_and_nothing_uploaded(api, "org/token-link", tmp_path, "latest.txt", include=["*.txt"])
     assert "log.txt" in message
 
 
@@ -163,35 +170,37 @@ def test_a_missing_folder_is_one_line_on_the_command_line(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def dry_run_files(checkpoint: Path, **push_args) -> list[str]:
-    return push_to_hub(checkpoint, "org/patterns", token=TOKEN, dry_run=True, **push_args)
-
-
 def test_include_and_exclude_pick_files_as_hf_upload_does(checkpoint: Path) -> None:
+    """Patterns match as `hf upload` matches them (`*` crosses `/`, `sub/` is a folder); the checkpoint's files are the
+    base, `include` adds to it, `exclude` removes (README.md is the card); `include_skipped` is an include of a path."""
     (checkpoint / "logs").mkdir()
     (checkpoint / "logs" / "run.txt").write_text("loss 0.1")
     (checkpoint / "notes.txt").write_text("notes")
-    every = dry_run_files(checkpoint)
-    assert {"config.json", "model.safetensors", "README.md", "logs/run.txt", "notes.txt"} <= set(every)
-    assert dry_run_files(checkpoint, include="*.txt") == ["logs/run.txt", "notes.txt"]  # `*` crosses `/`
-    cases = [("*.txt", None), (["logs/", "*.json"], None), (None, ["*.txt", "README.md"]), (["*.py"], ["norm_*"])]
-    for include, exclude in cases:  # the decisions of huggingface_hub's filter, which `hf upload` applies
-        expected = list(filter_repo_objects(every, allow_patterns=include, ignore_patterns=exclude))
+    base = dry_run_files(checkpoint)
+    assert {"config.json", "model.safetensors", "README.md", "modeling_vit_norm.py"} <= set(base)
+    assert not {"logs/run.txt", "notes.txt"} & set(base)
+    assert dry_run_files(checkpoint, include="*.txt") == sorted([*base, "logs/run.txt", "notes.txt"])
+    assert dry_run_files(checkpoint, include=["logs/"]) == sorted([*base, "logs/run.txt"])
+    assert dry_run_files(checkpoint, include_skipped=["notes.txt"]) == sorted([*base, "notes.txt"])
+    cases = [(["*.txt"], ["logs/", "*.py"]), (None, ["README.md", "*.json"]), (["notes.txt"], ["norm_*"])]
+    for include, exclude in cases:  # what is left: huggingface_hub's filter, as `hf upload --exclude` applies it
+        picked = [*base, *filter_repo_objects(["logs/run.txt", "notes.txt"], allow_patterns=include or [])]
+        expected = sorted(filter_repo_objects(picked, ignore_patterns=exclude))
         assert dry_run_files(checkpoint, include=include, exclude=exclude) == expected
 
 
+def test_an_include_that_matches_no_file_is_refused(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    message = assert_refused_and_nothing_uploaded(api, "org/no-match", tmp_path, "matches no file", include="*.onnx")
+    assert "--include '*.onnx'" in message
+
+
 def test_a_pattern_never_uploads_a_file_hf_norms_skips(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
-    (checkpoint / ".env").write_text("AWS_SECRET=abc")
-    (checkpoint / "training_args.bin").write_bytes(b"a pickle")
+    """`include="*"` adds every file, each read first: a secret and a pickle stay local; the token refuses the push."""
+    (checkpoint / ".env").write_text("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
+    torch.save({"hub_token": "not the token"}, checkpoint / "training_args.bin")
     (checkpoint / "checkpoint-5").mkdir()
-    (checkpoint / "checkpoint-5" / "model.safetensors").write_bytes(b"weights")
-    skipped = {".env", "training_args.bin", "checkpoint-5/model.safetensors"}
-    assert not skipped & set(dry_run_files(checkpoint, include="*"))
-    for include in (".env", "*.bin", "checkpoint-5/"):
-        with pytest.raises(CheckpointRefused, match=r"pick no file .* --include-skipped"):
-            dry_run_files(checkpoint, include=include)
-    assert dry_run_files(checkpoint, include="*.bin", include_skipped=["training_args.bin"]) == ["training_args.bin"]
-    with pytest.raises(CheckpointRefused, match=r"names \['training_args.bin'\], .* that the include/exclude patterns"):
-        dry_run_files(checkpoint, exclude="*.bin", include_skipped=["training_args.bin"])
-    (checkpoint / "hf_token.txt").write_text(f"login {TOKEN}")  # named to be uploaded: still read for the token
-    assert_refused_and_nothing_uploaded(api, "org/leak", tmp_path, "hf_token.txt", include_skipped=["hf_token.txt"])
+    shutil.copy(checkpoint / "model.safetensors", checkpoint / "checkpoint-5" / "model.safetensors")
+    files = dry_run_files(checkpoint, include="*")
+    assert "checkpoint-5/model.safetensors" in files and not {".env", "training_args.bin"} & set(files)
+    (checkpoint / "hf_token.txt").write_text(f"login {TOKEN}")
+    assert_refused_and_nothing_uploaded(api, "org/leak", tmp_path, "hf_token.txt", include="*")
