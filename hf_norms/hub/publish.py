@@ -2,8 +2,9 @@
 
 `push_to_hub(folder, repo_id)` (and `hf-norms push REPO_ID DIR`):
 
-0. refuses a repo id that huggingface_hub would refuse (`validate_repo_id`: `name` or `namespace/name`, no `..`) and
-   a token shorter than 8 characters, which no leak check could protect;
+0. checks every input before anything is read, created or sent: a repo id that huggingface_hub would refuse
+   (`validate_repo_id`), a branch name git would refuse (`check_revision`: control characters, `..`, ...), a token
+   shorter than 8 characters, which no leak check could protect;
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
@@ -34,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -77,6 +79,9 @@ logger = logging.getLogger(__name__)
 # JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
 # uploaded with each such path cut to its last component
 PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
+# a branch name git accepts (`git check-ref-format --branch`): no control characters, spaces or `~^:?*[\`, no `..`,
+# `//`, `@{`, no component starting with `.`, not ending in `/`, `.` or `.lock`, not starting with `-`
+BRANCH_NAME = re.compile(r"(?!-|/|.*(?:\.\.|//|@\{|/\.|\.lock$|[/.]$))(?!\.)[^\x00-\x20\x7f~^:?*\[\\]+")
 
 
 class PushError(HfNormsError, RuntimeError):
@@ -212,6 +217,17 @@ def check_repo_id(repo_id: str) -> None:
         ) from None
 
 
+def check_revision(revision: str | None) -> None:
+    """Refuse, in one line, a branch name git refuses (`BRANCH_NAME`), before the repo is created."""
+    require_type("revision", revision, (str, type(None)), "a branch name such as dev, or None")
+    if revision is not None and not BRANCH_NAME.fullmatch(revision):
+        raise CheckpointRefused(
+            f"{revision!r} is not a branch name: give one git accepts (no spaces, control characters or ~^:?*[\\, "
+            "no '..' or '//', no part starting with '.', not ending in '/', '.' or '.lock'), e.g. dev. Nothing was "
+            "created."
+        )
+
+
 def resolve_endpoint(endpoint: str | None) -> str:
     """`endpoint`, else `HF_ENDPOINT` as set now, else huggingface_hub's default."""
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
@@ -255,6 +271,7 @@ def push_to_hub(
     token = token or get_token()
     with tokens_redacted(token, get_token()):
         check_repo_id(repo_id)
+        check_revision(revision)
         check_token_length(token)
         folder = Path(folder).resolve()
         config, code_files = check_checkpoint(folder)

@@ -1,7 +1,7 @@
 """`hf-norms push` against hostile folders and inputs: symbolic links, the token in what is published, short tokens,
-bad repo ids, missing folders, include/exclude patterns, and code that is not hf-norms' own (an edited or extra `.py`
-file, an `auto_map` in any config naming other code). Each refusal is checked on the loopback Hub (nothing uploaded, no
-repo created) and on disk (no local file changed)."""
+bad repo ids and branch names, missing folders, include/exclude patterns, and code that is not hf-norms' own (an edited
+or extra `.py` file, an `auto_map` in any config naming other code). Each refusal is checked on the loopback Hub
+(nothing uploaded, no repo created) and on disk (no local file changed)."""
 
 from __future__ import annotations
 
@@ -169,6 +169,30 @@ def test_a_missing_folder_is_one_line_on_the_command_line(
         err == f"hf-norms push: error: {tmp_path / 'nowhere'} does not exist; give the folder a model was saved to.\n"
     )
     assert not api.repo_exists("org/missing")
+
+
+@pytest.mark.parametrize(
+    "revision",
+    ["dev\nX-Injected: 1", "../main", "a/../b", "dev..x", "dev x", "dev.lock", "-dev", "a//b", ".hidden", "a/.b",
+     "dev/", "dev.", "a\x00b", "a\tb", "dev~1", "dev^", "a:b", "a@{1}", "a*b", "a?b", "a[b", "a\\b", ""],
+)  # fmt: skip
+def test_a_bad_branch_name_is_refused_before_any_request(
+    revision: str, checkpoint: Path, api: HfApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A branch name git refuses (control characters, `..`, ...) is one line, exit 2, before the repo is created."""
+    monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert cli.main(["push", "org/bad-branch", str(checkpoint), f"--revision={revision}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-norms push: error: ") and "is not a branch name" in err
+    assert not api.repo_exists("org/bad-branch")
+
+
+def test_branch_names_git_accepts_are_pushed(checkpoint: Path, api: HfApi) -> None:
+    for revision in ("dev", "v1.0", "release_2026-01", "DTN.gates"):
+        push_to_hub(checkpoint, "org/good-branches", endpoint=api.endpoint, token=TOKEN, revision=revision)
+    branches = {branch.name for branch in api.list_repo_refs("org/good-branches").branches}
+    assert branches == {"main", "dev", "v1.0", "release_2026-01", "DTN.gates"}
 
 
 # --------------------------------------------------------------------------------------------------------------------
