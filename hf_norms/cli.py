@@ -2,8 +2,8 @@
 
 It follows the conventions of the Hugging Face tools: both spellings of every multi-word option and no abbreviations
 (`hf_norms.cli_parsing`); `--version`; `--token` wherever a Hub is reached (default: HF_TOKEN or the login stored by
-`hf auth login`); `hf-norms push REPO_ID [LOCAL_PATH]` takes its arguments and its `--include`/`--exclude` glob patterns
-as `hf upload` does.
+`hf auth login`), never printed: every command runs inside `hub.redaction.redacted_output`, so what it prints, argument
+errors included, holds no token; `hf-norms push REPO_ID [LOCAL_PATH]` takes its arguments as `hf upload` does.
 
 Every `--help` answers at once: this module imports nothing heavy at the top, the code a subcommand runs is imported
 only when it runs, the Auto classes are registered then (`main`; `hf_norms/__init__.py` leaves it to the command line
@@ -405,41 +405,37 @@ def run_push(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from huggingface_hub import get_token
-
     from .hub.publish import push_to_hub
-    from .hub.redaction import redact, tokens_redacted
 
     check_push_order(args.repo_id, args.local_path)
     # hf-norms' own INFO lines (what is skipped, what is uploaded); other libraries' from WARNING (httpx logs every
     # request at INFO)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     logging.getLogger("hf_norms").setLevel(logging.INFO)
-    with tokens_redacted(args.token, get_token()):  # in the error line too, wherever the token came from
-        result = push_to_hub(
-            args.local_path,
-            args.repo_id,
-            private=args.private,
-            revision=args.revision,
-            commit_message=args.commit_message,
-            endpoint=args.endpoint,
-            token=args.token,
-            include=args.include,
-            exclude=args.exclude,
-            include_skipped=args.include_skipped,
-            allow_custom_code=args.allow_custom_code,
-            delete_patterns=args.delete,
-            dry_run=args.dry_run,
-            base_model=args.base_model,
-            license=args.license,
-            datasets=args.dataset,
-            training_dataset=args.training_dataset,
-            notes=args.note,
-        )
-        if isinstance(result, list):
-            print(redact(json.dumps({"files": result}, indent=1)))
-        else:
-            print(redact(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})"))
+    result = push_to_hub(
+        args.local_path,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        endpoint=args.endpoint,
+        token=args.token,
+        include=args.include,
+        exclude=args.exclude,
+        include_skipped=args.include_skipped,
+        allow_custom_code=args.allow_custom_code,
+        delete_patterns=args.delete,
+        dry_run=args.dry_run,
+        base_model=args.base_model,
+        license=args.license,
+        datasets=args.dataset,
+        training_dataset=args.training_dataset,
+        notes=args.note,
+    )
+    if isinstance(result, list):
+        print(json.dumps({"files": result}, indent=1))
+    else:
+        print(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
     return 0
 
 
@@ -524,18 +520,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `hf-norms ARGV`; returns the exit status (0; 2 for wrong input; 1 for a failed step; 130 if interrupted)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
-        return run_finetune(argv[1:])
-    args = build_parser().parse_args(argv)
-    with handled_errors(f"hf-norms {args.command}") as outcome:
-        if getattr(args, "uses_models", True):  # `hub` does not: importing the models imports torch and transformers
-            from . import register_auto_classes
+    """Run `hf-norms ARGV`; returns the exit status (0; 2 for wrong input; 1 for a failed step; 130 if interrupted).
+    Everything it prints, argument errors included, has the tokens it knows and anything shaped like a Hub token
+    replaced by `<token>` (`hf_norms.hub.redaction.redacted_output`)."""
+    from .hub.redaction import redacted_output
 
-            register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (__init__.py)
-        outcome.status = args.run(args) or 0
-    return outcome.status
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with redacted_output(argv):
+        if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
+            return run_finetune(argv[1:])
+        args = build_parser().parse_args(argv)
+        with handled_errors(f"hf-norms {args.command}") as outcome:
+            if getattr(args, "uses_models", True):  # `hub` does not: the models import torch and transformers
+                from . import register_auto_classes
+
+                register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script
+            outcome.status = args.run(args) or 0
+        return outcome.status
 
 
 if __name__ == "__main__":
