@@ -2,8 +2,8 @@
 
 It follows the conventions of the Hugging Face tools: both spellings of every multi-word option and no abbreviations
 (`hf_norms.cli_parsing`); `--version`; `--token` wherever a Hub is reached (default: HF_TOKEN or the login stored by
-`hf auth login`); `hf-norms push REPO_ID [LOCAL_PATH]` takes its arguments and its `--include`/`--exclude` glob patterns
-as `hf upload` does.
+`hf auth login`), never printed: every command runs inside `hub.redaction.redacted_output`, so what it prints, argument
+errors included, holds no token; `hf-norms push REPO_ID [LOCAL_PATH]` takes its arguments as `hf upload` does.
 
 Every `--help` answers at once: this module imports nothing heavy at the top, the code a subcommand runs is imported
 only when it runs, the Auto classes are registered then (`main`; `hf_norms/__init__.py` leaves it to the command line
@@ -363,22 +363,27 @@ def add_push(subparsers: argparse._SubParsersAction) -> None:
         help="publish a checkpoint folder with its model card to a Hub endpoint (arguments as `hf upload`)",
         description=(
             "Upload an hf-norms checkpoint folder to REPO_ID in one commit, with a model card rendered from its "
-            "conversion report and training metrics; the arguments and --include/--exclude work as in `hf upload`. "
-            "Files that look like secrets, pickles, hidden files and checkpoint-*/ are never uploaded unless named "
-            "with --include-skipped, and no file holding the token ever is."
+            "conversion report and training metrics; the arguments work as in `hf upload`. Only what a checkpoint is "
+            "made of is uploaded (config, safetensors weights, tokenizer or image processor, sentence-transformers "
+            "files, reports, hf-norms' own model code); --include adds files, --exclude removes them. Files holding "
+            "pickles, keys or credentials are never uploaded, no file holding the token ever is, and code that is not "
+            "hf-norms' own only with --allow-custom-code."
         ),
     )
     parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. my-org/vit-dyt")
     parser.add_argument("local_path", metavar="LOCAL_PATH", nargs="?", default=".",
                         help="the checkpoint folder (config.json, model.safetensors, ...; default: the current folder)")  # fmt: skip
-    parser.add_argument("--include", action="append", metavar="GLOB",
-                        help="upload only the files whose path inside the folder matches (repeatable; README.md is "
-                             "the card)")  # fmt: skip
+    parser.add_argument("--include", action="append", default=[], metavar="GLOB",
+                        help="also upload the files whose path inside the folder matches, e.g. '*.onnx' or 'sub/' "
+                             "(repeatable; read for the token and for pickles, keys and credentials first)")  # fmt: skip
     parser.add_argument("--exclude", action="append", metavar="GLOB",
-                        help="do not upload the files whose path inside the folder matches (repeatable)")  # fmt: skip
+                        help="do not upload the files whose path inside the folder matches (repeatable; README.md is "
+                             "the card)")  # fmt: skip
     parser.add_argument("--include-skipped", action="append", default=[], metavar="PATH",
-                        help="upload this file although hf-norms skips it for safety (a secret-looking name, a pickle, "
-                             "a hidden file, checkpoint-*/); the token check still reads it (repeatable)")  # fmt: skip
+                        help="also upload this file: the same as --include PATH (repeatable)")  # fmt: skip
+    parser.add_argument("--allow-custom-code", action="store_true",
+                        help="publish .py files, and configs naming code, that are not hf-norms' own (the card then "
+                             "names them and says to load with trust_remote_code=False)")  # fmt: skip
     parser.add_argument("--delete", action="append", default=[], metavar="GLOB",
                         help="delete matching remote files in the commit (repeatable)")  # fmt: skip
     parser.add_argument("--token", help=TOKEN_HELP)
@@ -399,40 +404,37 @@ def run_push(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from huggingface_hub import get_token
-
     from .hub.publish import push_to_hub
-    from .hub.redaction import redact, tokens_redacted
 
     check_push_order(args.repo_id, args.local_path)
     # hf-norms' own INFO lines (what is skipped, what is uploaded); other libraries' from WARNING (httpx logs every
     # request at INFO)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     logging.getLogger("hf_norms").setLevel(logging.INFO)
-    with tokens_redacted(args.token, get_token()):  # in the error line too, wherever the token came from
-        result = push_to_hub(
-            args.local_path,
-            args.repo_id,
-            private=args.private,
-            revision=args.revision,
-            commit_message=args.commit_message,
-            endpoint=args.endpoint,
-            token=args.token,
-            include=args.include,
-            exclude=args.exclude,
-            include_skipped=args.include_skipped,
-            delete_patterns=args.delete,
-            dry_run=args.dry_run,
-            base_model=args.base_model,
-            license=args.license,
-            datasets=args.dataset,
-            training_dataset=args.training_dataset,
-            notes=args.note,
-        )
-        if isinstance(result, list):
-            print(redact(json.dumps({"files": result}, indent=1)))
-        else:
-            print(redact(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})"))
+    result = push_to_hub(
+        args.local_path,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        endpoint=args.endpoint,
+        token=args.token,
+        include=args.include,
+        exclude=args.exclude,
+        include_skipped=args.include_skipped,
+        allow_custom_code=args.allow_custom_code,
+        delete_patterns=args.delete,
+        dry_run=args.dry_run,
+        base_model=args.base_model,
+        license=args.license,
+        datasets=args.dataset,
+        training_dataset=args.training_dataset,
+        notes=args.note,
+    )
+    if isinstance(result, list):
+        print(json.dumps({"files": result}, indent=1))
+    else:
+        print(f"Pushed {args.local_path} to {args.repo_id}: commit {result.oid} ({result.commit_url})")
     return 0
 
 
@@ -517,18 +519,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `hf-norms ARGV`; returns the exit status (0; 2 for wrong input; 1 for a failed step; 130 if interrupted)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
-        return run_finetune(argv[1:])
-    args = build_parser().parse_args(argv)
-    with handled_errors(f"hf-norms {args.command}") as outcome:
-        if getattr(args, "uses_models", True):  # `hub` does not: importing the models imports torch and transformers
-            from . import register_auto_classes
+    """Run `hf-norms ARGV`; returns the exit status (0; 2 for wrong input; 1 for a failed step; 130 if interrupted).
+    Everything it prints, argument errors included, has the tokens it knows and anything shaped like a Hub token
+    replaced by `<token>` (`hf_norms.hub.redaction.redacted_output`)."""
+    from .hub.redaction import redacted_output
 
-            register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script (__init__.py)
-        outcome.status = args.run(args) or 0
-    return outcome.status
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with redacted_output(argv):
+        if argv[:1] == ["finetune"]:  # transformers' own parser of TrainingArguments, as in its example scripts
+            return run_finetune(argv[1:])
+        args = build_parser().parse_args(argv)
+        with handled_errors(f"hf-norms {args.command}") as outcome:
+            if getattr(args, "uses_models", True):  # `hub` does not: the models import torch and transformers
+                from . import register_auto_classes
+
+                register_auto_classes()  # what `import hf_norms` does, skipped under the `hf-norms` script
+            outcome.status = args.run(args) or 0
+        return outcome.status
 
 
 if __name__ == "__main__":

@@ -151,3 +151,88 @@ def test_help_answers_within_a_second(argv):
         seconds.append(time.perf_counter() - start)
         assert result.returncode == 0 and result.stdout, result.stderr
     assert min(seconds) < 1.0, seconds
+
+
+# Argument errors: the token in none of them, whatever the subcommand and wherever the token came from ----------------
+
+HUB_SHAPED = "hf_ArgumentErrorsAbCdEfGhIjKlMnOp0123"  # known to no one: redacted by its shape
+ENV_TOKEN, STORED_TOKEN, ARGV_TOKEN = "env-token-4711-abcdefgh", "stored-login-0815-abcdef", "argv-token-2718-abcdef"
+ARGUMENT_ERRORS = [  # T is the token; each makes the parser (or finetune's checks) print it back
+    ["push", "org/x", ".", "--tokn", "T"],
+    ["push", "org/x", ".", "extra", "T"],
+    ["convert", "src", "--norm-type", "dyt", "--output", "o", "--batch-size", "T"],
+    ["convert", "src", "--norm-type", "T", "--output", "o"],
+    ["heal", "folder", "--data", "d", "--max-steps", "T"],
+    ["heal", "folder", "--data", "d", "--tokn=T"],
+    ["hub", "--root", "r", "--port", "T"],
+    ["hub", "--root", "r", "T"],
+    ["demo", "--workdir", "w", "T"],
+    ["finetune", "--max_steps", "T"],
+    ["finetune", "--learning_rate", "T", "--output_dir", "o"],
+]
+TOKEN_OPTION_ERRORS = [  # the token follows a token option: known from argv, whatever its shape
+    ["push", "org/x", ".", "--hub-token", "T"],
+    ["convert", "src", "--norm-type", "dyt", "--output", "o", "--hub_token", "T"],
+    ["heal", "folder", "--data", "d", "--hub_token=T"],
+    ["hub", "--root", "r", "--hub_token", "T"],
+    ["demo", "--token", "T"],
+    ["demo", "--token=T"],
+    ["finetune", "--token", "T", "--max_steps", "T"],
+]
+
+
+def assert_no_token_printed(argv: list[str], token: str, capsys: pytest.CaptureFixture) -> None:
+    """`hf-norms ARGV` (T standing for `token`) exits 2 with one error line on stderr, which shows `<token>` where the
+    token was; no form of the token is printed."""
+    from hf_norms.hub.redaction import text_token_forms
+
+    try:
+        status = cli.main([part.replace("T", token) if part in ("T", "--tokn=T", "--hub_token=T", "--token=T")
+                           else part for part in argv])  # fmt: skip
+    except SystemExit as exit:
+        status = exit.code
+    out, err = capsys.readouterr()
+    assert status == 2 and err.count("\n") == 1 and "error: " in err, (argv, err)
+    assert not [form for form in text_token_forms(token) if form in out + err], (argv, err)
+    assert "<token>" in err, (argv, err)  # the token was printed, redacted
+
+
+@pytest.mark.parametrize("source", ["hub-shaped", "HF_TOKEN", "stored login"])
+@pytest.mark.parametrize("argv", ARGUMENT_ERRORS, ids=" ".join)
+def test_argument_errors_never_print_the_token(argv, source, capsys, monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    token = {"hub-shaped": HUB_SHAPED, "HF_TOKEN": ENV_TOKEN, "stored login": STORED_TOKEN}[source]
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    if source == "HF_TOKEN":
+        monkeypatch.setenv("HF_TOKEN", token)
+    elif source == "stored login":
+        (tmp_path / "token").write_text(token)
+    monkeypatch.chdir(tmp_path)
+    assert_no_token_printed(argv, token, capsys)
+
+
+@pytest.mark.parametrize("argv", TOKEN_OPTION_ERRORS, ids=" ".join)
+def test_a_token_given_as_an_option_is_never_printed(argv, capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert_no_token_printed(argv, ARGV_TOKEN, capsys)
+
+
+ARGUMENT_ERRORS_WITHOUT_IMPORTS = f"""
+import contextlib, io, json, sys
+sys.argv[0] = {str(HF_NORMS_SCRIPT)!r}
+from hf_norms import cli
+for argv in {[argv for argv in ARGUMENT_ERRORS + TOKEN_OPTION_ERRORS if argv[0] != "finetune"]!r}:
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(SystemExit):
+        cli.main(argv)
+print(json.dumps(sorted(name for name in ("torch", "transformers", "datasets") if name in sys.modules)))
+"""
+
+
+def test_argument_errors_import_neither_torch_nor_transformers():
+    """The redaction every command runs in adds no heavy import: argument errors answer as fast as help does."""
+    result = subprocess.run([sys.executable, "-c", ARGUMENT_ERRORS_WITHOUT_IMPORTS], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    assert json.loads(result.stdout) == []

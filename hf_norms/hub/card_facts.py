@@ -98,6 +98,7 @@ class CardFacts:
     without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
     sentence_transformers: bool = False  # the folder is a sentence-transformers model (modules.json, pooling, ...)
     max_seq_length: int | None = None  # the tokens per text such a model runs at (sentence_bert_config.json)
+    custom_code: list[str] = field(default_factory=list)  # published files that are or name code not hf-norms' own
 
     @property
     def model_name(self) -> str:
@@ -339,11 +340,14 @@ def gather_card_facts(
     tags: list[str] | None = None,
     notes: list[str] | None = None,
     conversion_report: str | Path | None = None,
+    custom_code: list[str] | None = None,
 ) -> CardFacts:
     """Read what the card will say from `folder` (see the module docstring); keyword arguments fill in what the files
     cannot know and take precedence: `base_model` (a Hub id), `license`, `language`, `datasets` (Hub ids),
     `training_dataset` (what a Trainer run trained and evaluated on), extra `tags`, `notes` (sentences appended to
-    "How this checkpoint was made"), `conversion_report` (a report kept elsewhere than `folder`).
+    "How this checkpoint was made"), `conversion_report` (a report kept elsewhere than `folder`), `custom_code` (the
+    published files that are or name code not hf-norms' own: the card then says to load with
+    `trust_remote_code=False`).
 
     `base_model`, license and language default to what the folder's own README.md metadata says (the card hf-norms
     writes at the end of a Trainer run names them, from `source_lineage`); else license and language to the source
@@ -386,4 +390,5 @@ def gather_card_facts(
         without_pooler=saved_without_pooler(folder, architecture),
         sentence_transformers=(folder / "modules.json").is_file(),
         max_seq_length=sentence_transformers_max_length(folder),
+        custom_code=list(custom_code or []),
     )

@@ -1,151 +1,139 @@
-"""What a file's bytes say before it is published: the Hub token in any common encoding, credentials, pickles, archives.
+"""What a file's bytes say before it is published: whether they hold the Hub token, and whether they are something
+hf-norms never publishes: a pickle, a private key or credential, an archive it cannot check.
 
-`scan_file(path, token_needles)` reads a file once, in chunks: every byte is searched for the token's forms
-(`token_forms`) and for the credential formats of `CREDENTIAL_FORMATS`, and the first `SNIFF_BYTES` are also read as
-a file header (`header_reason`: pickle streams, PyTorch and other archives, NumPy object arrays, compressed pickles).
+`scan_file(path, token_needles)` reads a file once, in chunks, and scans what it unpacks to the same way, as files of
+their own: zip and tar members, zlib (joblib's compression), gzip, bzip2, xz and lzma streams, what base64 runs decode
+to (a key base64'd into a YAML file), nested up to `MAX_DEPTH` levels and `UNPACK_LIMIT` bytes in all. Every byte is
+searched for the token's forms (`redaction.token_forms`); the text, and the text of a UTF-16/32 file, for the formats
+of `CREDENTIALS` (not the tensor data of a safetensors file: numbers); the first `SNIFF_BYTES` are read as a header (a
+pickle of any protocol and size, a NumPy array of objects). What cannot be unpacked (zstandard, LZ4, 7-Zip, RAR, an
+encrypted or corrupt member, more than the limit) cannot be checked, and is not published.
 
-The token's forms (`token_forms`, at least `MIN_FORM_LENGTH` bytes each):
-
-- the raw UTF-8 bytes, UTF-16 LE/BE and UTF-32 LE/BE;
-- base64, standard and URL-safe alphabets, at each of the 3 alignments a token can start at inside a longer base64
-  text: the characters fully determined by the token's bytes, so a token base64'd inside a larger blob is found;
-- hexadecimal, lower and upper case, with and without `\\x` before each byte;
-- percent-encoding: `urllib.parse.quote` (safe characters kept) and every byte as `%XX`, lower and upper case;
-- JSON string escapes: `json.dumps` of the token, and every character as `\\uXXXX`, lower and upper case.
-
-Not covered: a token split by line breaks (MIME base64 wrapped at 76 characters), encrypted or compressed, in other
-encodings (base32, ROT13, reversed), or only partly present.
+Not covered: a token or key split by line breaks, encrypted, in other encodings (base32, ROT13, reversed), only partly
+present, or compressed inside a format that is not unpacked (PNG, PDF, ONNX); credentials of other formats.
 """
 
 from __future__ import annotations
 
 import base64
 import bz2
+import contextlib
+import gzip
 import io
-import json
 import lzma
 import pickletools
 import re
+import tarfile
+import zipfile
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from typing import BinaryIO
 
-SNIFF_BYTES = 1 << 16  # the file header read for formats (pickle, archive, ...)
+SNIFF_BYTES = 1 << 16  # the file header read for formats (pickle, archive, text encoding)
 SCAN_CHUNK = 1 << 22
 CHUNK_OVERLAP = 1024  # longer than any token form or credential match, so none is missed at a chunk boundary
-MIN_FORM_LENGTH = 8
+UNPACK_LIMIT = 1 << 26  # bytes unpacked from one file, all members and levels together
+MAX_DEPTH = 4
 
-# a value that is not a Python type (`password: str` in code), an empty string or null
-NOT_A_TYPE_OR_EMPTY = rb"(?!(?:str|bool|int|bytes|None|null|Optional|Union|Any)\b|\"\"|'')"
-# (reason, patterns that must all occur in the file for it to be skipped for that reason); each pattern starts with
-# literal bytes, so searching a large file is fast
-CREDENTIAL_FORMATS: tuple[tuple[str, tuple[re.Pattern[bytes], ...]], ...] = tuple(
+# a setting's value that is not a secret: a Python type or constant
+NOT_A_VALUE = rb"(?!(?:str|bytes|bool|int|none|null|true|false|optional)\b)"
+# (reason, patterns of lower-cased text); each pattern starts with literal bytes (searching a large file is fast), or
+# with a separator
+CREDENTIALS = tuple(
     (reason, tuple(re.compile(pattern) for pattern in patterns))
     for reason, *patterns in (
-        ("holds a private key (PEM or PGP)", rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
-        ("holds a PuTTY private key", rb"PuTTY-User-Key-File-\d+:"),
-        ("holds a Hugging Face token (hf_...)", rb"hf_[A-Za-z0-9]{34}(?![A-Za-z0-9])"),
-        ("holds a GitHub token", rb"gh[pousr]_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
-        ("holds a GitHub token", rb"github_pat_[A-Za-z0-9_]{50,100}"),
-        *(
-            ("holds an AWS secret access key", name + rb"[\"']?\s*[=:]\s*[\"']?[A-Za-z0-9/+]{40}")
-            for name in (rb"aws_secret_access_key", rb"AWS_SECRET_ACCESS_KEY", rb"SecretAccessKey")
-        ),
+        ("holds a private key", rb"-----begin (?:[a-z0-9]+ )*private key", rb"putty-user-key-file-\d"),
         (
-            "holds an AWS access key id with its secret",
-            rb"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])[\s\S]{0,300}?(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
+            "holds an access token (Hugging Face, GitHub, AWS, OpenAI, Slack, Google, npm, PyPI or GitLab)",
+            *(rb"hf_[a-z0-9]{30,}", rb"gh[pousr]_[a-z0-9]{36}", rb"github_pat_\w{50,}", rb"akia[0-9a-z]{16}"),
+            *(rb"asia[0-9a-z]{16}", rb"sk-(?=[\w-]{0,80}\d)[\w-]{20,}", rb"xox[abprs]-[a-z0-9-]{10,}"),
+            *(rb"aiza[\w-]{35}", rb"npm_[a-z0-9]{36}", rb"pypi-age[\w-]{20,}", rb"glpat-[\w-]{20}"),
         ),
-        ("is a Google Cloud service-account key", rb'"type"\s*:\s*"service_account"', rb'"private_key"\s*:'),
-        ("holds an npm registry token (.npmrc)", rb"_auth(?:Token)?\s*=\s*[^\s\"']"),
-        ("holds a .netrc login", rb"machine\s+\S+\s+login\s+\S+\s+password\s+\S"),
-        (
-            "holds a password setting (as in .pypirc)",
-            rb"\n[ \t]*password[ \t]*[=:][ \t]*" + NOT_A_TYPE_OR_EMPTY + rb"\S",
+        ("holds a JSON Web Token (as kubeconfig and cloud logins do)", rb"eyj[\w-]{8,}\.eyj[\w-]{8,}\."),
+        (  # a value with a digit or symbol (not a word, nor code: `token=args.token`), not a special token ([PAD])
+            "holds a secret setting (a password, secret, token, key or auth value)",
+            rb"(?:passw(?:or)?d|secret|token|(?:secret|api|access|private|auth)_?key|auth|credentials?)[\"']?[ \t]*"
+            rb"[:=][ \t]*[\"']?(?![\[<])" + NOT_A_VALUE + rb"(?=[^\"'\s]{0,200}[\d+/=~!@#$%^&*-])"
+            rb"[^\"'\s,;()\[\]{}<>`]{8,}(?=[\"'\s,;}\]]|$)",
         ),
+        ("holds a .netrc login", rb"machine\s+\S+\s+(?:login\s+\S+\s+)?password\s+\S"),
+        ("holds a .pgpass line", rb"(?m)^[^:\s#]+:(?:\d+|\*):[^:\s]+:[^:\s]+:[^:\s]+\r?$"),
+        ("holds a URL with a password", rb"://[^\s/:@]+:[^\s/@]+@"),
     )
 )
-
+BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{40,}={0,2}")
+UNOPENABLE = {b"\x28\xb5\x2f\xfd": "zstandard", b"\x04\x22\x4d\x18": "LZ4", b"7z\xbc\xaf\x27\x1c": "7-Zip",
+              b"Rar!\x1a\x07": "RAR"}  # fmt: skip
 PICKLE_REASON = "a pickle (can run code when loaded; training_args.bin holds hub_token)"
 
 
-@dataclass(frozen=True)
+class Unreadable(Exception):
+    """Something in the file cannot be unpacked to be checked; the message says what."""
+
+
 class Findings:
-    """What `scan_file` found: whether a form of the token occurs, and why the file looks like a secret (or None)."""
+    """One file's scan: whether a form of the token occurs (`holds_token`), and why the file is not published
+    (`secret`, or None); `budget` is the bytes left to unpack."""
 
-    holds_token: bool
-    secret: str | None
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        self.needles, self.holds_token, self.secret, self.budget = needles, False, None, UNPACK_LIMIT
 
+    def scan(self, stream: BinaryIO, depth: int = 0) -> None:
+        """Scan `stream` (unpacked `depth` levels deep), what its base64 runs decode to and what it unpacks to."""
+        header, offset, tail, text_end = b"", 0, b"", None
+        while chunk := stream.read(SCAN_CHUNK):
+            if not header:
+                header, text_end = chunk[:SNIFF_BYTES], safetensors_header_end(chunk)
+            window = tail + chunk
+            self.holds_token = self.holds_token or any(needle in window for needle in self.needles)
+            if self.secret is None and (text_end is None or offset < text_end):
+                self.secret = credential_in(window, text_encoding(header))
+                for run in BASE64_RUN.findall(window):
+                    self.scan_member("a base64 text", base64.b64decode(run[: len(run) // 4 * 4], b"-_"), depth)
+            offset += len(chunk)
+            tail = chunk[-CHUNK_OVERLAP:]
+        self.secret = self.secret or header_reason(header, whole=offset <= len(header))
+        for name, data in members(stream, header, self.budget) if self.secret is None else ():
+            self.scan_member(name, data, depth)
 
-# --------------------------------------------------------------------------------------------------------------------
-# The token's forms
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def base64_cores(data: bytes, altchars: bytes | None = None) -> list[bytes]:
-    """The base64 characters fully determined by `data` when it starts at byte offset k = 0, 1, 2 (mod 3) of a longer
-    base64'd text: with k filler bytes before it, characters `ceil(8k / 6)` to `floor(8(k + n) / 6)` (exclusive)."""
-    cores = []
-    for k in range(3):
-        encoded = base64.b64encode(b"\0" * k + data, altchars=altchars)
-        cores.append(encoded[-(-8 * k // 6) : 8 * (k + len(data)) // 6])
-    return cores
-
-
-def token_forms(token: str) -> tuple[bytes, ...]:
-    """The byte strings whose presence means the token is there (see the module docstring), longest first."""
-    raw = token.encode()
-    forms = [raw, *(token.encode(codec) for codec in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"))]
-    forms += base64_cores(raw) + base64_cores(raw, altchars=b"-_")
-    forms += [raw.hex().encode(), raw.hex().upper().encode()]
-    forms += ["".join(f"\\x{byte:02{case}}" for byte in raw).encode() for case in "xX"]
-    forms += [quote(token, safe="").encode(), *("".join(f"%{byte:02{case}}" for byte in raw).encode() for case in "xX")]
-    forms += [json.dumps(token)[1:-1].encode()]
-    forms += ["".join(f"\\u{ord(char):04{case}}" for char in token).encode() for case in "xX"]
-    unique = {form for form in forms if len(form) >= MIN_FORM_LENGTH}
-    return tuple(sorted(unique, key=lambda form: (-len(form), form)))
-
-
-def text_token_forms(token: str) -> tuple[str, ...]:
-    """The forms of `token_forms` that are ASCII text (those a name, a log line or a message could hold)."""
-    return tuple(form.decode() for form in token_forms(token) if form.isascii() and b"\0" not in form)
-
-
-def text_holds_token(text: str, token_needles: tuple[bytes, ...]) -> bool:
-    """Whether a form of the token occurs in `text` (read as UTF-8, and as UTF-16/32 would hold it)."""
-    data = text.encode("utf-8", "surrogateescape")
-    return any(needle in data for needle in token_needles)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# One pass over a file
-# --------------------------------------------------------------------------------------------------------------------
+    def scan_member(self, name: str, data: bytes, depth: int) -> None:
+        """Scan `data`, unpacked from a stream `depth` levels deep, unless a reason was found; a reason found in it
+        names it."""
+        self.budget -= len(data)
+        if self.secret is None and (self.budget < 0 or depth >= MAX_DEPTH):
+            raise Unreadable(f"more than {UNPACK_LIMIT >> 20} MiB once unpacked, or nested more than {MAX_DEPTH} deep")
+        if self.secret is None:
+            self.scan(io.BytesIO(data), depth + 1)
+            self.secret = f"{self.secret} (in {name})" if self.secret and name else self.secret
 
 
 def scan_file(path: Path, token_needles: tuple[bytes, ...]) -> Findings:
-    """Read `path` once: whether a token form occurs anywhere, and why it looks like a secret (its header's format,
-    else a credential format), or None. Credential formats are searched in every byte, except the tensor data of a
-    safetensors file (numbers; its JSON header is searched); the token's forms in every byte."""
-    holds_token, header, offset = False, b"", 0
-    matched: set[re.Pattern[bytes]] = set()
-    tail = b"\n"  # so that a setting on the first line starts a line too
-    with open(path, "rb") as f:
-        credentials_end = None
-        while chunk := f.read(SCAN_CHUNK):
-            if not header:
-                header = chunk[:SNIFF_BYTES]
-                credentials_end = safetensors_header_end(header)
-            window = tail + chunk
-            holds_token = holds_token or any(needle in window for needle in token_needles)
-            if credentials_end is None or offset < credentials_end:
-                for _, patterns in CREDENTIAL_FORMATS:
-                    matched.update(pattern for pattern in patterns if pattern not in matched and pattern.search(window))
-            offset += len(chunk)
-            tail = chunk[-CHUNK_OVERLAP:]
-    secret = header_reason(header, offset)
-    if secret is None:
-        secret = next((reason for reason, patterns in CREDENTIAL_FORMATS if matched.issuperset(patterns)), None)
-    return Findings(holds_token, secret)
+    """Read `path` once, and what it unpacks (see the module docstring)."""
+    findings = Findings(token_needles)
+    with open(path, "rb") as stream:
+        try:
+            findings.scan(stream)
+        except Unreadable as error:
+            findings.secret = f"{error}: its contents cannot be checked"
+    return findings
+
+
+def credential_in(window: bytes, encoding: str | None) -> str | None:
+    """The reason of the first credential format found in `window`, as bytes or as text of `encoding` (a UTF-16/32
+    file), both lower-cased; None when there is none."""
+    views = [window.lower(), window.decode(encoding, "ignore").encode().lower() if encoding else b""]
+    return next((reason for reason, patterns in CREDENTIALS for p in patterns for v in views if p.search(v)), None)
+
+
+def text_encoding(header: bytes) -> str | None:
+    """The UTF-16 or UTF-32 encoding of a text file, told by the NUL bytes of its first characters after any
+    byte-order mark (ASCII `AB` is `A\\0B\\0` in UTF-16 LE); None for anything else."""
+    start = header[4:68]
+    for codec, width, at in (("utf-32-le", 4, 0), ("utf-32-be", 4, 3), ("utf-16-le", 2, 0), ("utf-16-be", 2, 1)):
+        if len(start) >= 8 and all(start[at::width]) and not any(b for i, b in enumerate(start) if i % width != at):
+            return codec
+    return None
 
 
 def safetensors_header_end(header: bytes) -> int | None:
@@ -155,94 +143,79 @@ def safetensors_header_end(header: bytes) -> int | None:
     return 8 + int.from_bytes(header[:8], "little")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# File headers
-# --------------------------------------------------------------------------------------------------------------------
-
-ARCHIVE_MAGIC = {
-    b"PK\x03\x04": "zip",
-    b"\x1f\x8b": "gzip",
-    b"BZh": "bzip2",
-    b"\xfd7zXZ\x00": "xz",
-    b"\x28\xb5\x2f\xfd": "zstandard",
-    b"7z\xbc\xaf\x27\x1c": "7-Zip",
-    b"Rar!\x1a\x07": "RAR",
-}
-TAR_MAGIC_OFFSET = 257
-
-
-def header_reason(header: bytes, size: int) -> str | None:
-    """Why a file whose first bytes are `header` (and whose length is `size`) must not be uploaded by default: a
-    pickle stream, a NumPy array of Python objects (pickled), an archive (a PyTorch one holds a pickle; any other's
-    contents cannot be checked for the token or secrets), a compressed pickle. None for anything else."""
-    if is_pickle(header, whole_file=size <= len(header)) or numpy_object_array(header):
+def header_reason(header: bytes, whole: bool) -> str | None:
+    """Why a file whose first bytes are `header` (all of it when `whole`) is not published: a pickle stream, a NumPy
+    array of Python objects (a pickle), an archive hf-norms cannot open. None for anything else."""
+    if is_pickle(header, whole) or numpy_object_array(header):
         return PICKLE_REASON
-    kind = next((name for magic, name in ARCHIVE_MAGIC.items() if header.startswith(magic)), None)
-    if kind is None and header[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 5] == b"ustar":
-        kind = "tar"
-    if kind is None:
-        return None
-    if kind == "zip" and zip_first_member_pickled(header):
-        return "a PyTorch archive (torch.save) or zip holding a pickle"
-    if is_pickle(decompressed_start(header, kind), whole_file=False):
-        return f"a {kind}-compressed pickle"
-    return f"a {kind} archive: its contents cannot be checked for the token or secrets"
+    kind = next((name for magic, name in UNOPENABLE.items() if header.startswith(magic)), None)
+    return f"a {kind} archive, which hf-norms cannot open: its contents cannot be checked" if kind else None
 
 
-def is_pickle(data: bytes, whole_file: bool) -> bool:
-    """A pickle stream: protocol 2-5 (PROTO opcode, then at least two valid opcodes), or a whole small file that
-    parses as one protocol 0/1 stream ending exactly at its STOP opcode."""
-    if len(data) < 2:
-        return False
-    protocol_header = data[0] == 0x80 and 2 <= data[1] <= 5
-    if not (protocol_header or whole_file):
-        return False
-    stream, count = io.BytesIO(data), 0
+def is_pickle(data: bytes, whole: bool) -> bool:
+    """A pickle stream: protocol 2-5 (PROTO, then two more valid opcodes), or protocol 0/1 opcodes that parse to a STOP
+    at the very end of a whole file, or, in the header of a larger one, to the end of the header."""
+    protocol_header, stream, count = len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5, io.BytesIO(data), 0
     try:
         for opcode, _, _ in pickletools.genops(stream):
             count += 1
-            if opcode.name == "STOP":
-                return protocol_header or (count >= 2 and stream.tell() == len(data))
             if protocol_header and count >= 3:
                 return True
+            if opcode.name == "STOP":
+                return count >= 2 and stream.tell() == len(data)
     except Exception:  # not a pickle, or one cut off by the end of the header
-        return protocol_header and count >= 3
+        return (protocol_header or not whole) and count >= 2 and stream.tell() == len(data)
     return False
 
 
 def numpy_object_array(header: bytes) -> bool:
-    """A `.npy` file (or data) whose dtype holds Python objects, which NumPy stores as a pickle."""
-    if not header.startswith(b"\x93NUMPY"):
-        return False
-    description = header[10:1024]
+    """A `.npy` file (or archive member) whose dtype holds Python objects, which NumPy stores as a pickle."""
+    description = header[10:1024] if header.startswith(b"\x93NUMPY") else b""
     return b"'|O'" in description or b"'O'" in description
 
 
-def zip_first_member_pickled(header: bytes) -> bool:
-    """The first member of a zip file (its local header at offset 0) is `*.pkl`/`*.pickle` (torch.save writes
-    `<name>/data.pkl` first) or a NumPy object array (np.savez of objects)."""
-    name_length, extra_length = int.from_bytes(header[26:28], "little"), int.from_bytes(header[28:30], "little")
-    name = header[30 : 30 + name_length]
-    if name.endswith((b".pkl", b".pickle")):
-        return True
-    data = header[30 + name_length + extra_length :]
-    if int.from_bytes(header[8:10], "little") == 8:  # deflated
-        data = bounded_decompress(zlib.decompressobj(-zlib.MAX_WBITS), data)
-    return numpy_object_array(data)
-
-
-def decompressed_start(header: bytes, kind: str) -> bytes:
-    """The first bytes of what a gzip, bzip2 or xz header decompresses to (empty for other kinds or on an error)."""
-    decompressors = {
-        "gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS),
-        "bzip2": bz2.BZ2Decompressor,
-        "xz": lzma.LZMADecompressor,
-    }
-    return bounded_decompress(decompressors[kind](), header) if kind in decompressors else b""
-
-
-def bounded_decompress(decompressor, data: bytes, limit: int = 1024) -> bytes:
+def members(stream: BinaryIO, header: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of what `stream` unpacks to: its zip or tar members, or its decompressed stream (named ""); each
+    at most one byte more than `budget`; nothing when it is none of these. Raises Unreadable for data that does not
+    unpack."""
+    stream.seek(0)
     try:
-        return decompressor.decompress(data, limit)
-    except Exception:  # corrupt or cut off: nothing to sniff
-        return b""
+        zipped = zipfile.is_zipfile(stream)
+        stream.seek(0)
+        if zipped:
+            with zipfile.ZipFile(stream) as archive:
+                for info in (info for info in archive.infolist() if not info.is_dir()):
+                    with archive.open(info) as member:
+                        yield info.filename, member.read(budget + 1)
+        elif header[257:262] == b"ustar":
+            with tarfile.open(fileobj=stream, mode="r:") as archive:
+                for info in (info for info in archive if info.isfile()):
+                    yield info.name, archive.extractfile(info).read(budget + 1)
+        elif (reader := decompressing_reader(stream, header)) is not None:
+            yield "", reader(budget + 1)
+    except Exception as error:  # any failure to unpack: what is inside cannot be checked
+        raise Unreadable(f"an archive or compressed stream that does not unpack ({error})") from None
+
+
+def decompressing_reader(stream: BinaryIO, header: bytes):
+    """`read(n)` of what a gzip, bzip2, xz, lzma or zlib stream decompresses to, or None when the header starts none."""
+    if header.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=stream).read
+    if header.startswith(b"BZh") and header[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):  # a block, or the end of the stream
+        return bz2.BZ2File(stream).read
+    if header.startswith((b"\xfd7zXZ\x00", b"\x5d\x00\x00")):
+        return lzma.LZMAFile(stream).read
+    if len(header) > 1 and header[0] & 0x0F == 8 and int.from_bytes(header[:2], "big") % 31 == 0:  # zlib's header
+        return lambda n: zlib_read(stream, n)
+    return None
+
+
+def zlib_read(stream: BinaryIO, size: int) -> bytes:
+    """At most `size` bytes of what the zlib stream in `stream` decompresses to, up to an error (text can start like a
+    zlib header; it was scanned as it is, and so are bytes after the stream's end)."""
+    decompressor, out, data = zlib.decompressobj(), bytearray(), b""
+    with contextlib.suppress(zlib.error):
+        while len(out) < size and not decompressor.eof and (data := data or stream.read(SCAN_CHUNK)):
+            out += decompressor.decompress(data, size - len(out))
+            data = decompressor.unconsumed_tail
+    return bytes(out)

@@ -2,21 +2,23 @@
 
 `push_to_hub(folder, repo_id)` (and `hf-norms push REPO_ID DIR`):
 
-0. refuses a repo id that huggingface_hub would refuse (`validate_repo_id`: `name` or `namespace/name`, no `..`) and
-   a token shorter than 8 characters, which no leak check could protect;
+0. checks every input before anything is read, created or sent: a repo id that huggingface_hub would refuse
+   (`validate_repo_id`), a branch name git would refuse (`check_revision`: control characters, `..`, ...), a token
+   shorter than 8 characters, which no leak check could protect;
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
-2. picks the files to upload: those the `include`/`exclude` glob patterns pick, as `hf upload` does (all files
-   without patterns), except those skipped for safety by name or by content (`hf_norms.hub.upload_files`: secrets,
-   credentials, pickles, archives, hidden files, stray training checkpoints `checkpoint-*/`), unless a file is named
-   with `include_skipped`; the folder's own README.md is replaced by the card (itself a file the patterns pick or
-   not); a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
-3. renders the card (`hf_norms.hub.model_card`) and refuses if the token, or an encoding of it (UTF-16, base64 at any
-   alignment, hex, percent- and JSON-escapes: `hf_norms.hub.content_checks`), occurs in the card, the commit message,
-   the repo id, the branch name, the path of a file to upload or any byte of one (each file is read once, for the
-   token and for its content's kind together);
-4. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
+2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of, plus what `include` adds,
+   less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
+   the card; a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
+   an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
+   `allow_custom_code`, which the card then states;
+4. renders the card (`hf_norms.hub.model_card`), reads every file to upload once (`content_checks`), leaving out those
+   whose content it never publishes (pickles, keys and credentials, archives it cannot check, also once unpacked), and
+   refuses if the token, or an encoding of it, occurs in the card, the commit message, the repo id, the branch name,
+   the path of a file to upload or any byte of one (or of what it unpacks to);
+5. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
    symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
    `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
    as copies with each such path cut to its last component, as the card names them. Nothing on the Hub is deleted
@@ -30,7 +32,6 @@ server raises `PushError`; the local folder is untouched and running the same pu
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -60,23 +61,27 @@ from .card_facts import (
 )
 from .model_card import model_card_for_folder
 from .redaction import tokens_redacted
+from .remote_code import custom_code, family_code
 from .upload_files import (
     CARD_NAME,
+    PROCESSOR_FILES,
+    TOKENIZER_FILES,
     CheckpointRefused,
     check_token_length,
-    matches_upload_patterns,
+    excluded,
+    patterns,
     screen_files,
     select_upload_files,
 )
 
 logger = logging.getLogger(__name__)
 
-IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
 # uploaded with each such path cut to its last component
 PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
-TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
+# a branch name git accepts (`git check-ref-format --branch`): no control characters, spaces or `~^:?*[\`, no `..`,
+# `//`, `@{`, no component starting with `.`, not ending in `/`, `.` or `.lock`, not starting with `-`
+BRANCH_NAME = re.compile(r"(?!-|/|.*(?:\.\.|//|@\{|/\.|\.lock$|[/.]$))(?!\.)[^\x00-\x20\x7f~^:?*\[\\]+")
 
 
 class PushError(HfNormsError, RuntimeError):
@@ -134,13 +139,9 @@ def model_class_of(folder: Path, config: dict[str, Any]) -> type:
 
 
 def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -> list[str]:
-    """The config's `auto_map` is the family's full map (with the saved head under its own Auto class), and every
-    file it reaches by relative imports is present; returns those files' names."""
-    module = importlib.import_module(f"hf_norms.models.modeling_{config['model_type']}")
-    expected = {
-        **module.FAMILY_AUTO_MAP,
-        model_class._auto_class: f"{module.__name__.split('.')[-1]}.{model_class.__name__}",
-    }
+    """Raise CheckpointRefused unless the config's `auto_map` holds the family's full map (the saved head under its own
+    Auto class) and `folder` holds every remote-code file it reaches; returns those files' names."""
+    expected, files = family_code(config["model_type"], model_class)
     auto_map = config.get("auto_map") or {}
     wrong = sorted(name for name, target in expected.items() if auto_map.get(name) != target)
     if wrong:
@@ -148,19 +149,13 @@ def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -
             f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
             "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
         )
-    pending = {target.split(".")[0] for target in expected.values()}
-    seen: set[str] = set()
-    while pending:
-        name = pending.pop()
-        seen.add(name)
-        path = folder / f"{name}.py"
-        if not path.is_file():
-            raise CheckpointRefused(
-                f"{folder} lacks the remote-code file {path.name}; save the model again with hf_norms, which copies "
-                "the flat modeling files next to the weights."
-            )
-        pending |= set(RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8"))) - seen
-    return sorted(f"{name}.py" for name in seen)
+    missing = sorted(name for name in files if not (folder / name).is_file())
+    if missing:
+        raise CheckpointRefused(
+            f"{folder} lacks the remote-code files {missing}; save the model again with hf_norms, which copies the "
+            "flat modeling files next to the weights."
+        )
+    return sorted(files)
 
 
 def check_weights_load(folder: Path, model_class: type) -> None:
@@ -191,9 +186,9 @@ def check_preprocessor(folder: Path) -> None:
     """A tokenizer or an image processor must be saved next to the weights (pipelines and users need it), and load."""
     from transformers import AutoImageProcessor, AutoTokenizer
 
-    if any((folder / name).is_file() for name in IMAGE_PROCESSOR_FILES):
+    if any((folder / name).is_file() for name in PROCESSOR_FILES):
         loader = AutoImageProcessor
-    elif any((folder / name).is_file() for name in TOKENIZER_MARKERS):
+    elif any((folder / name).is_file() for name in TOKENIZER_FILES):
         loader = AutoTokenizer
     else:
         raise CheckpointRefused(
@@ -222,30 +217,20 @@ def check_repo_id(repo_id: str) -> None:
         ) from None
 
 
+def check_revision(revision: str | None) -> None:
+    """Refuse, in one line, a branch name git refuses (`BRANCH_NAME`), before the repo is created."""
+    require_type("revision", revision, (str, type(None)), "a branch name such as dev, or None")
+    if revision is not None and not BRANCH_NAME.fullmatch(revision):
+        raise CheckpointRefused(
+            f"{revision!r} is not a branch name: give one git accepts (no spaces, control characters or ~^:?*[\\, "
+            "no '..' or '//', no part starting with '.', not ending in '/', '.' or '.lock'), e.g. dev. Nothing was "
+            "created."
+        )
+
+
 def resolve_endpoint(endpoint: str | None) -> str:
     """`endpoint`, else `HF_ENDPOINT` as set now, else huggingface_hub's default."""
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
-
-
-def files_to_publish(
-    folder: Path,
-    code_files: Iterable[str],
-    include: str | Sequence[str] | None,
-    exclude: str | Sequence[str] | None,
-    include_skipped: Iterable[str],
-    token: str | None,
-    texts: dict[str, str],
-) -> list[str]:
-    """The files of `folder` to upload: what the patterns pick, less what is skipped for safety by name or content
-    (logged), the model's remote code never taken for a secret. Reads every picked file once (`screen_files`) and
-    refuses a push that would publish the token in a file's path or bytes or in one of `texts`."""
-    code_files = [name for name in code_files if matches_upload_patterns(name, include, exclude)]
-    named = [*include_skipped, *code_files]
-    files, skipped = select_upload_files(folder, include, exclude, named)
-    files, content_skipped = screen_files(folder, files, token, named, texts)
-    for name, reason in sorted({**skipped, **content_skipped}.items()):
-        logger.info("Not uploading %s: %s (name it with --include-skipped to upload it anyway)", name, reason)
-    return files
 
 
 def push_to_hub(
@@ -260,52 +245,61 @@ def push_to_hub(
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
     include_skipped: Iterable[str] = (),
+    allow_custom_code: bool = False,
     delete_patterns: Sequence[str] | None = None,
     dry_run: bool = False,
     **card_overrides: Any,
 ) -> CommitInfo | list[str]:
     """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring.
 
-    `revision` is a branch, created from main when missing. `include` and `exclude` are glob patterns on the paths
-    inside `folder` (README.md standing for the card), applied as `hf upload --include/--exclude` apply them; they
-    never make hf-norms upload a file it skips for safety. `include_skipped` names files to upload although they would
-    be skipped (the token check still reads them).
-    `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted
-    otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`, `license`, `datasets`,
-    `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns the file list
-    (README.md included) without contacting the endpoint.
+    `revision` is a branch, created from main when missing. The files uploaded are what a checkpoint is made of
+    (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside `folder`, as `hf upload --include`
+    applies them) add files, `exclude` patterns remove files (README.md standing for the card); `include_skipped`
+    names paths to add, as `include` does. Every file uploaded is read for the token and for content hf-norms never
+    publishes. `allow_custom_code=True` publishes `.py` files, and configs naming code, that are not hf-norms' own,
+    and the card says so. `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit;
+    nothing is deleted otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`,
+    `license`, `datasets`, `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns
+    the file list (README.md included) without contacting the endpoint.
 
-    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is uploaded,
-    or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds the token
-    (`hf_norms.hub.redaction`).
+    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is created
+    or uploaded, or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds
+    the token (`hf_norms.hub.redaction`).
     """
     require_type("folder", folder, (str, os.PathLike), "the checkpoint folder to upload")
     require_type("repo_id", repo_id, str, "a Hub repo id such as my-org/vit-dyt")
     token = token or get_token()
     with tokens_redacted(token, get_token()):
         check_repo_id(repo_id)
+        check_revision(revision)
         check_token_length(token)
         folder = Path(folder).resolve()
         config, code_files = check_checkpoint(folder)
-        render_card = matches_upload_patterns(CARD_NAME, include, exclude)
-        card_text = str(model_card_for_folder(folder, repo_id, **card_overrides)) if render_card else ""
+        files, left_out = select_upload_files(folder, code_files, [*patterns(include), *include_skipped], exclude)
+        custom = custom_code(folder, files)
+        if custom and not allow_custom_code:
+            raise CheckpointRefused(
+                f"{'; '.join(f'{name} {why}' for name, why in custom.items())}: `trust_remote_code=True` would run it. "
+                "Save the model again with hf_norms (which copies its own code), leave the file out (--exclude), or "
+                "publish it with --allow-custom-code (the card then says so). Nothing was uploaded."
+            )
+        render_card = not excluded(CARD_NAME, exclude)
+        card = (
+            model_card_for_folder(folder, repo_id, custom_code=sorted(custom), **card_overrides) if render_card else ""
+        )
         message = commit_message or (
             f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
         )
         texts = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
-        if render_card:
-            texts[f"{CARD_NAME} (rendered)"] = card_text
-        files = files_to_publish(folder, code_files, include, exclude, include_skipped, token, texts)
-        render_card = render_card and CARD_NAME not in files  # README.md named with include_skipped is uploaded as is
+        texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}
+        files, content_left_out = screen_files(folder, files, token, texts)
+        for name, reason in sorted({**left_out, **content_left_out}.items()):
+            logger.info("Not uploading %s: %s", name, reason)
         if not files and not render_card:
-            raise CheckpointRefused(
-                f"The include/exclude patterns pick no file of {folder} to upload (they match paths inside the folder, "
-                "e.g. '*.safetensors' or 'sub/'; hf-norms skips secrets, pickles, archives, hidden files and "
-                "checkpoint-*/ unless named with --include-skipped)."
-            )
+            raise CheckpointRefused(f"The exclude patterns leave no file of {folder} to upload; nothing was uploaded.")
         if dry_run:
             return sorted({*files, CARD_NAME} if render_card else files)
-        return upload(folder, repo_id, files, card_text if render_card else None, message, token, private=private,
+        return upload(folder, repo_id, files, str(card) if render_card else None, message, token, private=private,
                       revision=revision, endpoint=endpoint, delete_patterns=delete_patterns)  # fmt: skip
 
 

@@ -1,30 +1,14 @@
-"""Which files of a checkpoint folder are uploaded, and the check that the Hub token is in none of them.
+"""Which files of a checkpoint folder are published, and the check that the Hub token is in none of them.
 
-`include` / `exclude` glob patterns pick files exactly as `hf upload --include/--exclude` do (huggingface_hub's own
-filter). Of the files they pick, these are skipped unless named explicitly (`include_skipped`); a pattern never
-overrides a skip (`--include "*"` still leaves `.env` behind):
-
-- by name (`skip_reason`): names that look like secrets (`SECRET_PATTERNS`: `.env`, `*.pem`, `*.key`, `*.kdbx`,
-  `*.jks`, `*.keystore`, `id_rsa*`, `credentials`, `*token*`, `*secret*`, ...; the tokenizer files excepted), pickles
-  (`PICKLE_PATTERNS`: `*.bin`, `*.pt`, `*.pkl`, `*.pkl.gz`, `*.joblib`, `*.dill`, `*.pt2`, ...: `training_args.bin`
-  holds `hub_token`), hidden files and everything in hidden folders (`.ssh/`, `.aws/`, ...), stray training
-  checkpoints and caches (`checkpoint-*/`, `__pycache__/`), entries that are not regular files (FIFOs, sockets) and the
-  folder's own README.md, which the rendered card replaces;
-- by content (`content_checks.scan_file`, in the same single read as the token check): pickle streams, PyTorch
-  archives and NumPy object arrays, compressed pickles and any other archive (zip, tar, gzip, ...: its contents
-  cannot be checked), private keys (PEM, PGP, PuTTY), and credentials of known formats (Hugging Face, GitHub, AWS,
-  Google Cloud service accounts, npm, .netrc, `password =` settings), whatever the file's name.
-
-Symbolic links are never followed out of the folder. A link to a regular file inside the folder is uploaded, under the
-link's name, with that file's bytes (and skipped when the target's own path would be). Any other link that would be
-uploaded (to a file outside the folder, to a folder, dangling, or a loop) refuses the whole push, naming the link,
-before anything is uploaded; links to folders are never walked into.
-
-The token check (`screen_files`) reads every byte of every file to upload, its path, and every text the push publishes
-(the card, the commit message, the repo id, the branch), looking for the token in each of its encodings
-(`content_checks.token_forms`). A file skipped for its content that holds the token refuses nothing, since it is not
-uploaded; named with `include_skipped`, it refuses the push. A token shorter than `MIN_TOKEN_LENGTH` is refused as a token: it would be
-"found" in ordinary bytes, so the check could not tell a leak from chance.
+A push uploads what a checkpoint is made of (`CHECKPOINT_FILES`, the files of the sentence-transformers modules that
+modules.json names, its remote code) and lists every other file as not uploaded, whatever its name or content.
+`include` patterns add files and `exclude` patterns remove any, matched as `hf upload` matches them (fnmatch on the path
+inside the folder, `*` crossing `/`, `sub/` a folder); an include pattern that matches nothing is an error. The
+folder's README.md is never uploaded: the rendered card takes its place. A symbolic link that would be uploaded must
+lead to a regular file inside the folder (it is uploaded with that file's bytes), else it refuses the push; links are
+never followed out of the folder, nor into folders. Every file to upload is read once (`screen_files`): one whose
+content hf-norms never publishes (`content_checks`) is left out and listed; the token in any of its forms, in a file's
+bytes or path or in a text the push publishes, refuses the push; so does a token too short to be told from chance.
 """
 
 from __future__ import annotations
@@ -34,136 +18,81 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
+from ..conversion.sources import sentence_transformers_files
 from ..errors import InputError
-from .content_checks import scan_file, text_holds_token, token_forms
-from .redaction import redact
+from .card_facts import REPORT_NAME, TRAINER_STATE_NAME
+from .content_checks import scan_file
+from .redaction import redact, text_holds_token, token_forms
 
-SECRET_PATTERNS = (
-    ".env",
-    ".env.*",
-    "*.env",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "*.ppk",
-    "*.kdbx",
-    "*.jks",
-    "*.keystore",
-    "*.tfstate",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    ".netrc",
-    "_netrc",
-    ".npmrc",
-    ".pypirc",
-    ".git-credentials",
-    "credentials",
-    "*token*",
-    "*secret*",
-    "*credential*",
-    "*password*",
-    "*htpasswd*",
-)
-TOKENIZER_FILES = frozenset(
-    {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.model"}
-)
-PICKLE_PATTERNS = (
-    "*.bin",
-    "*.pt",
-    "*.pth",
-    "*.pt2",
-    "*.pkl",
-    "*.pkl.*",
-    "*.pickle",
-    "*.pickle.*",
-    "*.ckpt",
-    "*.joblib",
-    "*.dill",
-    "*.cloudpickle",
-)
-STRAY_FOLDER_PATTERNS = ("checkpoint-*", "__pycache__")
 CARD_NAME = "README.md"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                   "added_tokens.json", "tokenizer.model")  # fmt: skip
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+# what a checkpoint is made of, as fnmatch patterns on the names of its top folder (publish adds the remote code)
+CHECKPOINT_FILES = (
+    "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+    "model-[0-9]*-of-[0-9]*.safetensors", *TOKENIZER_FILES, *PROCESSOR_FILES, REPORT_NAME, "conversion_report.md",
+    "conversion_report.png", TRAINER_STATE_NAME, "*_results.json",
+)  # fmt: skip
 MIN_TOKEN_LENGTH = 8  # Hub tokens are 37 characters (`hf_` and 34 more)
 
 
 class CheckpointRefused(InputError):
-    """The push cannot be made as asked (the folder, repo id, token or commit message); nothing was uploaded. The
-    message names the problem and the fix."""
+    """The push cannot be made as asked (the folder, repo id, token, options or commit message); nothing was
+    uploaded. The message names the problem and the fix."""
 
 
-def skip_reason(relative_path: str) -> str | None:
-    """Why a file is not uploaded unless named explicitly, or None to upload it."""
-    path = PurePosixPath(relative_path)
-    for part in path.parts[:-1]:
-        if any(fnmatch.fnmatch(part, pattern) for pattern in STRAY_FOLDER_PATTERNS):
-            return "a stray training checkpoint or cache folder"
-        if part.startswith("."):
-            return "inside a hidden folder"
-    name = path.name.lower()
-    if name not in TOKENIZER_FILES and any(fnmatch.fnmatch(name, pattern) for pattern in SECRET_PATTERNS):
-        return "looks like a secret"
-    if name.startswith("."):
-        return "a hidden file"
-    if any(fnmatch.fnmatch(name, pattern) for pattern in PICKLE_PATTERNS):
-        return "a pickle (can run code when loaded, and training_args.bin holds hub_token)"
-    if relative_path == CARD_NAME:
-        return "replaced by the rendered model card"
-    return None
+def patterns(value: str | Sequence[str] | None) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or ())
 
 
-def matches_upload_patterns(
-    relative_path: str, include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None
-) -> bool:
-    """Whether `hf upload --include INCLUDE --exclude EXCLUDE` would upload the file at `relative_path` (`/`
-    separators): it matches an `include` pattern (when there are any) and no `exclude` pattern. Patterns are fnmatch
-    globs on the whole relative path (`*` crosses `/`; `sub/` means everything under `sub`)."""
-    return any(filter_repo_objects([relative_path], allow_patterns=include or None, ignore_patterns=exclude or None))
+def excluded(relative_path: str, exclude: str | Sequence[str] | None) -> bool:
+    """Whether `exclude` (or huggingface_hub's own ignore list: `.git/`, ...) removes `relative_path` from a push."""
+    ignore = [*patterns(exclude), *DEFAULT_IGNORE_PATTERNS]
+    return not any(filter_repo_objects([relative_path], ignore_patterns=ignore))
 
 
 def select_upload_files(
     folder: Path,
+    files: Iterable[str] = (),
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
-    include_skipped: Iterable[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """(files to upload, {skipped file: reason}), as paths relative to `folder` with `/` separators, sorted.
-
-    Only files the `include`/`exclude` patterns pick are considered (`matches_upload_patterns`); the others are
-    neither uploaded nor listed as skipped. A file named in `include_skipped` is uploaded whatever its name; naming a
-    file that is not there, or that the patterns leave out, is an error. A symbolic link that would be uploaded must
-    lead to a regular file inside `folder` (`link_target`), else CheckpointRefused.
-    """
+    """(files to upload, {file left out: why}), as paths relative to `folder` with `/` separators, sorted: what the
+    checkpoint is made of (`CHECKPOINT_FILES`, its sentence-transformers module files, and `files`), what `include`
+    adds, less what `exclude` removes. A symbolic link that would be uploaded must lead to a regular file inside
+    `folder` (`link_target`), else CheckpointRefused; so is an include pattern that matches no file."""
     folder = folder.resolve()
-    named = {PurePosixPath(name).as_posix() for name in include_skipped}
-    selected, skipped = [], {}
-    for path in sorted(folder_entries(folder)):
-        relative = path.relative_to(folder).as_posix()
-        if not matches_upload_patterns(relative, include, exclude):
-            continue
-        reason = None if relative in named else skip_reason(relative)
-        if reason is None and path.is_symlink():
-            target = link_target(folder, path)
-            target_reason = None if relative in named else skip_reason(target)
-            reason = None if target_reason is None else f"a link to {target}: {target_reason}"
-        elif reason is None and not path.is_file():
-            reason = "not a regular file"
-        if reason is None:
+    entries = sorted(path.relative_to(folder).as_posix() for path in folder_entries(folder))
+    modules = [name for name in sentence_transformers_files(folder) if not name.startswith(".")]
+    chosen = {*files, *(name for name in entries if name in modules or str(PurePosixPath(name).parent) in modules)}
+    chosen |= {
+        name for name in entries if "/" not in name and any(fnmatch.fnmatchcase(name, p) for p in CHECKPOINT_FILES)
+    }
+    for pattern in patterns(include):
+        added = set(filter_repo_objects(entries, allow_patterns=[pattern]))
+        if not added:
+            raise CheckpointRefused(
+                f"--include {pattern!r} matches no file in {folder}; give a path inside the folder or a pattern such "
+                "as '*.onnx' or 'sub/'. Nothing was uploaded."
+            )
+        chosen |= added
+    selected, left_out = [], {}
+    for relative in entries:
+        path = folder / relative
+        if relative == CARD_NAME:
+            left_out[relative] = "replaced by the rendered model card"
+        elif relative not in chosen:
+            left_out[relative] = f"not a file of an hf-norms checkpoint (add it with --include {relative})"
+        elif not excluded(relative, exclude) and (path.is_file() or path.is_symlink()):
             selected.append(relative)
-        else:
-            skipped[relative] = reason
-    missing = sorted(named - set(selected))
-    if missing:
-        filtered = " that the include/exclude patterns pick" if include or exclude else ""
-        raise CheckpointRefused(
-            f"include_skipped (--include-skipped) names {missing}, which are not files in {folder}{filtered}; name "
-            "each file by its path inside the folder."
-        )
-    return selected, skipped
+            if path.is_symlink():
+                link_target(folder, path)
+        elif not excluded(relative, exclude):
+            left_out[relative] = "not a regular file"
+    return selected, left_out
 
 
 def folder_entries(folder: Path) -> Iterator[Path]:
@@ -209,33 +138,34 @@ def check_token_length(token: str | None) -> None:
 
 
 def screen_files(
-    folder: Path,
-    files: Sequence[str],
-    token: str | None,
-    named: Iterable[str] = (),
-    texts: Mapping[str, str] | None = None,
+    folder: Path, files: Sequence[str], token: str | None, texts: Mapping[str, str] | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """(the files to upload, {file skipped for its content: reason}), reading each file once (`scan_file`).
-
-    Raises CheckpointRefused, naming the files and texts (never the token), when a form of `token`
-    (`content_checks.token_forms`) occurs in a file's path or bytes (read through symbolic links, as they are
-    uploaded) or in one of `texts` (what else is published: the rendered card, the commit message, ...). A file whose
-    content looks like a secret, a pickle or an archive is skipped unless it is in `named`; a skipped file is never
-    uploaded, so its holding the token refuses nothing. A token shorter than `MIN_TOKEN_LENGTH` is refused itself.
-    """
+    """(the files to upload, {file left out for its content: why}), reading each file once (`scan_file`). Raises
+    CheckpointRefused, naming the files and texts (never the token), when a form of `token` occurs in the path or bytes
+    of a file that is not left out (read through symbolic links, as it is uploaded) or in one of `texts`."""
     check_token_length(token)
     needles = token_forms(token) if token else ()
-    named = set(named)
-    kept, skipped, leaks = [], {}, []
+    kept, left_out, leaks = [], {}, []
     for name in files:
         findings = scan_file(folder / name, needles)
-        if findings.secret is not None and name not in named:
-            skipped[name] = findings.secret
-        elif findings.holds_token or text_holds_token(name, needles):
-            leaks.append(name)
+        if findings.secret is not None:
+            left_out[name] = findings.secret
         else:
-            kept.append(name)
-    leaks += [what for what, text in (texts or {}).items() if text_holds_token(text, needles)]
+            (leaks if findings.holds_token or text_holds_token(name, needles) else kept).append(name)
+    refuse_leaks(leaks + [what for what, text in (texts or {}).items() if text_holds_token(text, needles)], token)
+    return kept, left_out
+
+
+def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) -> None:
+    """Raise CheckpointRefused when a form of `token` occurs in the path or bytes of one of `files`, whatever their
+    content (what the stock Trainer would upload)."""
+    check_token_length(token)
+    needles = token_forms(token) if token else ()
+    leaks = [name for name in files if text_holds_token(name, needles) or scan_file(folder / name, needles).holds_token]
+    refuse_leaks(leaks, token)
+
+
+def refuse_leaks(leaks: list[str], token: str | None) -> None:
     if leaks:
         raise CheckpointRefused(
             redact(
@@ -245,13 +175,6 @@ def screen_files(
                 token,
             )
         )
-    return kept, skipped
-
-
-def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) -> None:
-    """Raise CheckpointRefused when a form of `token` occurs in the path or bytes of one of `files` (see
-    `screen_files`; here every file is read for the token, whatever its content)."""
-    screen_files(folder, files, token, named=files)
 
 
 def trainer_upload_files(output_dir: Path) -> list[str]:

@@ -70,7 +70,7 @@ from ..conversion.checkpoint_io import (
 from ..conversion.sources import copy_sentence_transformers_files, sentence_transformers_files
 from ..errors import handled_errors, require_type
 from ..hub.model_card import create_trainer_model_card
-from ..hub.redaction import tokens_redacted
+from ..hub.redaction import redacted_output, tokens_redacted
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder
 from .arguments import DataArguments, ModelArguments, OutputArguments
@@ -424,10 +424,10 @@ def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """`hf-norms finetune ...` and `python -m hf_norms.training.finetune ...` (what torchrun and accelerate launch):
     ModelArguments, DataArguments and TrainingArguments options, or one .json/.yaml file of them. Input errors are one
-    line on stderr, with exit status 2."""
+    line on stderr, with exit status 2; nothing it prints holds a token (`redacted_output`)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = build_argument_parser(prog="hf-norms finetune", description=__doc__.split("\n\n")[0])
-    with handled_errors("hf-norms finetune") as outcome:
+    with redacted_output(argv), handled_errors("hf-norms finetune") as outcome:
         if len(argv) == 1 and argv[0].endswith(".json"):
             arguments = parser.parse_json_file(argv[0])
         elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -165,6 +166,7 @@ def run_client(code: str, hub: HubServer, cwd: Path, block_hf_norms: bool = Fals
         "HF_HOME": str(cwd / "hf_home"),
         "TRANSFORMERS_VERBOSITY": "error",
         **hub.client_env(TOKEN),
+        **{key: os.environ[key] for key in ("PYTHONPATH",) if key in os.environ},  # the hf_norms under test
     }
     done = subprocess.run(
         [sys.executable, "-c", prefix + textwrap.dedent(code)],
@@ -293,10 +295,10 @@ def test_second_push_adds_a_commit_and_deletes_nothing_unless_asked(checkpoints,
     folder = copy_of(checkpoints["vit"]["folder"], tmp_path)
     repo_id = "org/repush"
     (folder / "notes.txt").write_text("first")
-    first = push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN)
+    first = push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include="*.txt")
     (folder / "notes.txt").unlink()
     (folder / "extra.txt").write_text("second")
-    second = push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, commit_message="add extra")
+    second = push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, commit_message="add extra", include="*.txt")
     commits = api.list_repo_commits(repo_id)
     assert [c.commit_id for c in commits[:2]] == [second.oid, first.oid] and commits[0].title == "add extra"
     assert {"notes.txt", "extra.txt"} <= set(api.list_repo_files(repo_id))
@@ -306,10 +308,10 @@ def test_second_push_adds_a_commit_and_deletes_nothing_unless_asked(checkpoints,
     assert {b.name for b in api.list_repo_refs(repo_id).branches} == {"main", "dev"}
 
 
-def test_secret_like_files_and_stray_checkpoints_stay_local(checkpoints, api, hub, tmp_path):
+def test_only_the_checkpoint_is_published_unless_more_is_included(checkpoints, api, hub, tmp_path):
     folder = copy_of(checkpoints["vit"]["folder"], tmp_path)
-    (folder / ".env").write_text("AWS_SECRET=abc")
-    (folder / "server.pem").write_text("-----BEGIN PRIVATE KEY-----")
+    (folder / ".env").write_text("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
+    (folder / "server.pem").write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
     (folder / "hf_token.txt").write_text("not the real token")
     (folder / "checkpoint-5").mkdir()
     shutil.copy(folder / "model.safetensors", folder / "checkpoint-5" / "model.safetensors")
@@ -317,27 +319,28 @@ def test_secret_like_files_and_stray_checkpoints_stay_local(checkpoints, api, hu
     (folder / "README.md").write_text("my own notes")
     repo_id = "org/secrets"
     push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN)
-    remote = set(api.list_repo_files(repo_id))
-    assert not remote & {".env", "server.pem", "hf_token.txt", "checkpoint-5/model.safetensors", "training_args.bin"}
-    assert {"tokenizer.json"} <= set(publish.select_upload_files(checkpoints["bert"]["folder"])[0])  # not a secret
+    assert set(api.list_repo_files(repo_id)) == {p.name for p in checkpoints["vit"]["folder"].iterdir()} | {
+        "README.md",
+        ".gitattributes",
+    }
+    assert {"tokenizer.json"} <= set(publish.select_upload_files(checkpoints["bert"]["folder"])[0])
     card = hf_hub_download(repo_id, "README.md", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "cache")
     assert Path(card).read_text().startswith("---\n")  # the rendered card, not the folder's README
-    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include="*")  # a glob never uploads a skipped file
-    assert not set(api.list_repo_files(repo_id)) & {".env", "hf_token.txt", "training_args.bin"}
-    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include_skipped=["hf_token.txt", "training_args.bin"])
-    assert {"hf_token.txt", "training_args.bin"} <= set(api.list_repo_files(repo_id))
+    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include="*")  # every file added is read first
+    remote = set(api.list_repo_files(repo_id))
+    assert {"hf_token.txt", "checkpoint-5/model.safetensors"} <= remote
+    assert not remote & {".env", "server.pem", "training_args.bin"}
 
 
 def test_a_file_holding_the_token_is_refused(checkpoints, api, hub, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     folder = copy_of(checkpoints["vit"]["folder"], tmp_path)
     (folder / "run_notes.json").write_text(json.dumps({"note": f"pushed with {TOKEN}"}))
+    push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, dry_run=True)  # not included: not read
     with pytest.raises(CheckpointRefused) as excinfo:
-        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN)
+        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, include="run_notes.json")
     assert "run_notes.json" in str(excinfo.value) and TOKEN not in str(excinfo.value)
     assert not api.repo_exists("org/leaky")
-    with pytest.raises(CheckpointRefused):  # naming it explicitly does not help
-        push_to_hub(folder, "org/leaky", endpoint=hub.url, token=TOKEN, include_skipped=["run_notes.json"])
     assert TOKEN not in caplog.text
 
 
@@ -390,7 +393,7 @@ def test_server_error_mid_push_then_retry(checkpoints, api, hub, tmp_path, caplo
     assert "model.safetensors" in api.list_repo_files(repo_id) and len(api.list_repo_commits(repo_id)) == 2
     hub.fail_next(f"/api/models/{repo_id}/commit/", status=500)  # transient: retried by huggingface_hub
     (folder / "extra.txt").write_text("more")
-    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN)
+    push_to_hub(folder, repo_id, endpoint=hub.url, token=TOKEN, include="extra.txt")
     assert "extra.txt" in api.list_repo_files(repo_id) and len(api.list_repo_commits(repo_id)) == 3
     assert TOKEN not in caplog.text
 
@@ -423,12 +426,18 @@ def test_cli_push(checkpoints, api, hub, monkeypatch, capsys):
     assert cli.main(["push", "org/cli-dry", "--dry-run"]) == 0 and not api.repo_exists("org/cli-dry")
     dry_run = capsys.readouterr()
     assert "README.md" in json.loads(dry_run.out[dry_run.out.index("{") :])["files"]
-    assert cli.main(["push", "org/cli-glob", "--include", "*.json", "--exclude", "config.json", "--dry-run"]) == 0
+    (Path(folder) / "notes.json").write_text("{}")
+    argv = ["push", "org/cli-glob", "--include", "*.json", "--exclude", "*.py", "--exclude", "README.md", "--dry-run"]
+    assert cli.main(argv) == 0
     globbed = capsys.readouterr()
     assert json.loads(globbed.out[globbed.out.index("{") :])["files"] == [
+        "config.json",
         "conversion_report.json",
+        "model.safetensors",
+        "notes.json",
         "preprocessor_config.json",
     ]
+    (Path(folder) / "notes.json").unlink()
     assert cli.main(["push", "org/cli-bad", str(Path(folder).parent)]) == 2
     refused = capsys.readouterr()
     assert "no config.json" in refused.err
@@ -527,3 +536,34 @@ def test_remote_code_refuses_a_transformers_release_it_was_not_written_for(check
     assert result["refused"] is not None
     assert other in result["refused"] and result["installed"] in result["refused"]
     assert result["loaded"] == "ViTNormForImageClassification"
+
+
+ENCODE_BY_ID = """
+import json
+from sentence_transformers import SentenceTransformer
+model = SentenceTransformer("org/minilm-dtn", device="cpu", trust_remote_code=True)
+print(json.dumps({"embeddings": model.encode(TEXTS).tolist(), "module": type(model[0].auto_model).__module__}))
+"""
+
+
+def test_a_sentence_transformers_conversion_loads_by_id(minilm_dir, api, hub, tmp_path):
+    """What `convert` writes for the real MiniLM is what a push publishes (the sentence-transformers module folders
+    included), and `SentenceTransformer(repo_id, trust_remote_code=True)` without hf_norms gives the local embeddings."""
+    from sentence_transformers import SentenceTransformer
+    from test_model_card import bbc_texts
+
+    output = tmp_path / "minilm-dtn"
+    assert cli.main(["convert", str(minilm_dir), "--norm-type", "dtn", "--output", str(output)]) == 0
+    push_to_hub(output, "org/minilm-dtn", endpoint=hub.url, token=TOKEN)
+    local = {path.relative_to(output).as_posix() for path in output.rglob("*") if path.is_file()}
+    assert set(api.list_repo_files("org/minilm-dtn")) == {
+        *local - {".hf-norms-made-this"},
+        "README.md",
+        ".gitattributes",
+    }
+    assert {"modules.json", "1_Pooling/config.json", "conversion_report.png", "modeling_bert_norm.py"} <= local
+    texts, _ = bbc_texts(2)
+    result = run_client(ENCODE_BY_ID.replace("TEXTS", repr(texts)), hub, tmp_path, block_hf_norms=True)
+    expected = SentenceTransformer(str(output), device="cpu").encode(texts)
+    assert "transformers_modules" in result["module"]
+    assert abs(torch.tensor(result["embeddings"]) - torch.tensor(expected)).max().item() <= 1e-5

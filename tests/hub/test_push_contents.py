@@ -1,6 +1,8 @@
-"""`hf-norms push` reads what it publishes: the token in any common encoding (in a file's bytes, its path, the card, the
-commit message) refuses the push; private keys, credentials, pickles and archives are skipped whatever their names;
-and the real model files are never taken for either."""
+"""`hf-norms push` publishes what a checkpoint is made of and reads all of it: every other file stays local unless
+`include` names it, and what is published or included is read for the token in any common encoding (in its bytes,
+decompressed or unpacked, its path, the card, the commit message) and for content hf-norms never publishes (private
+keys and credentials in any text encoding, base64'd or compressed; pickles of any protocol, size or compression;
+archives it cannot open); the real model files are never taken for either."""
 
 from __future__ import annotations
 
@@ -10,26 +12,39 @@ import gzip
 import io
 import json
 import logging
+import lzma
 import pickle
 import shutil
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import joblib
 import numpy as np
 import pytest
 import torch
 from huggingface_hub import HfApi, snapshot_download
 
-from hf_norms.hub.content_checks import SCAN_CHUNK, scan_file, token_forms
+from hf_norms.hub.content_checks import SCAN_CHUNK, UNPACK_LIMIT, scan_file
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
+from hf_norms.hub.redaction import text_token_forms, token_forms
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.upload_files import screen_files
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token: hf_ and 34 letters and digits
+ENDPOINT_TOKEN = "private-endpoint-token-0815-abcdef"  # a token of another Hub endpoint: no known credential format
 OTHER_HF_TOKEN = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa76543210"
+# what save_pretrained and the image processor write for the tiny ViT of `saved_checkpoint`, and the card
+CHECKPOINT = sorted(
+    ["README.md", "config.json", "model.safetensors", "preprocessor_config.json", "configuration_vit_norm.py",
+     "layernorm_loading.py", "modeling_norm_utils.py", "modeling_vision_norm.py", "modeling_vit_norm.py", "norms.py",
+     "norm_derf.py", "norm_dtn.py", "norm_dtn_export.py", "norm_dtn_fast.py", "norm_dtn_formula.py", "norm_dyt.py",
+     "norm_lape.py", "norm_layernorm.py", "norm_options.py", "norm_sepnorm.py", "runtime.py", "token_layout.py",
+     "version_guard.py"]
+)  # fmt: skip
 
 pytestmark = pytest.mark.usefixtures("hub_online")
 
@@ -41,58 +56,113 @@ def checkpoint(saved_checkpoint: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def api(hub_online: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HfApi]:
-    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN]) as server:
+    with HubServer(tmp_path_factory.mktemp("hub"), tokens=[TOKEN, ENDPOINT_TOKEN]) as server:
         yield HfApi(endpoint=server.url, token=TOKEN)
 
 
-def dry_run(folder: Path, **push_args) -> list[str]:
-    return push_to_hub(folder, "org/contents", token=TOKEN, dry_run=True, **push_args)
+def dry_run(folder: Path, token: str = TOKEN, **push_args) -> list[str]:
+    return push_to_hub(folder, "org/contents", token=token, dry_run=True, **push_args)
 
 
-def assert_refused_without_the_token(folder: Path, match: str, **push_args) -> str:
+def assert_refused_without_the_token(folder: Path, match: str, token: str = TOKEN, **push_args) -> str:
     """The dry run is refused, naming `match`; the message holds no form of the token."""
     with pytest.raises(CheckpointRefused, match=match) as excinfo:
-        dry_run(folder, **push_args)
+        dry_run(folder, token, **push_args)
     message = str(excinfo.value)
-    assert not [form for form in token_forms(TOKEN) if form.decode("latin-1") in message]
+    assert not [form for form in token_forms(token) if form.decode("latin-1") in message]
     return message
 
 
+def left_out(caplog: pytest.LogCaptureFixture, name: str) -> str:
+    """The reason of the one "Not uploading NAME: ..." line logged."""
+    (line,) = [line for line in caplog.text.splitlines() if f"Not uploading {name}: " in line]
+    return line.split(f"Not uploading {name}: ", 1)[1]
+
+
 # --------------------------------------------------------------------------------------------------------------------
-# The token in any common encoding
+# The token in any common encoding, compressed or nested
 # --------------------------------------------------------------------------------------------------------------------
 
-RAW = TOKEN.encode()
 
-
-def base64_inside(offset: int, altchars: bytes | None = None) -> bytes:
+def base64_inside(token: str, offset: int, altchars: bytes | None = None) -> bytes:
     """The token at byte `offset` of a longer text, base64'd as a whole (so the token is at that alignment)."""
-    return base64.b64encode(b"{" * offset + b'"login": "' + RAW + b'", "user": "me"}', altchars=altchars)
+    return base64.b64encode(b"{" * offset + b'"login": "' + token.encode() + b'", "user": "me"}', altchars=altchars)
 
 
-ENCODINGS: dict[str, Callable[[], bytes]] = {
-    "utf-16-le": lambda: f"log in with {TOKEN}\n".encode("utf-16-le"),
-    "utf-16-be with BOM": lambda: f"log in with {TOKEN}\n".encode("utf-16"),
-    "utf-32-be": lambda: f"{TOKEN}".encode("utf-32-be"),
-    "base64 alignment 0": lambda: base64_inside(0),
-    "base64 alignment 1": lambda: base64_inside(1),
-    "base64 alignment 2": lambda: base64_inside(2),
-    "base64 url-safe alignment 1": lambda: base64_inside(1, altchars=b"-_"),
-    "base64 of the token alone": lambda: base64.b64encode(RAW),
-    "hex": lambda: b"digest " + RAW.hex().encode(),
-    "HEX": lambda: RAW.hex().upper().encode(),
-    "\\x escapes": lambda: "".join(f"\\x{byte:02x}" for byte in RAW).encode(),
-    "percent-encoded, every byte": lambda: ("https://example.org/?t=" + "".join(f"%{b:02X}" for b in RAW)).encode(),
-    "percent-encoded, lower case": lambda: "".join(f"%{b:02x}" for b in RAW).encode(),
-    "json \\u escapes": lambda: ('{"t": "' + "".join(f"\\u{ord(c):04x}" for c in TOKEN) + '"}').encode(),
-    "hex across a read boundary": lambda: b"\0" * (SCAN_CHUNK - 30) + RAW.hex().encode(),
+def tar_of(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def zip_of(members: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+ENCODINGS: dict[str, Callable[[str], bytes]] = {
+    "utf-16-le": lambda token: f"log in with {token}\n".encode("utf-16-le"),
+    "utf-16-be with BOM": lambda token: f"log in with {token}\n".encode("utf-16"),
+    "utf-32-be": lambda token: token.encode("utf-32-be"),
+    "base64 alignment 0": lambda token: base64_inside(token, 0),
+    "base64 alignment 1": lambda token: base64_inside(token, 1),
+    "base64 alignment 2": lambda token: base64_inside(token, 2),
+    "base64 url-safe alignment 1": lambda token: base64_inside(token, 1, altchars=b"-_"),
+    "base64 of the token alone": lambda token: base64.b64encode(token.encode()),
+    "hex": lambda token: b"digest " + token.encode().hex().encode(),
+    "HEX": lambda token: token.encode().hex().upper().encode(),
+    "\\x escapes": lambda token: "".join(f"\\x{byte:02x}" for byte in token.encode()).encode(),
+    "percent-encoded, every byte": lambda token: "".join(f"%{b:02X}" for b in token.encode()).encode(),
+    "percent-encoded, lower case": lambda token: "".join(f"%{b:02x}" for b in token.encode()).encode(),
+    "json \\u escapes": lambda token: ('{"t": "' + "".join(f"\\u{ord(c):04x}" for c in token) + '"}').encode(),
+    "hex across a read boundary": lambda token: b"\0" * (SCAN_CHUNK - 30) + token.encode().hex().encode(),
+    "zlib (joblib's compression)": lambda token: zlib.compress(f"run by {token}".encode()),
+    "gzip inside a tar": lambda token: tar_of({"run/log.gz": gzip.compress(token.encode())}),
+    "xz inside a zip": lambda token: zip_of({"log.xz": lzma.compress(token.encode("utf-16"))}),
+    "bzip2, base64'd": lambda token: base64.b64encode(bz2.compress(token.encode())),
+    "a zlib-compressed joblib pickle": lambda token: joblib_bytes({"hub_token": token}, compress=True),
 }
+
+
+def joblib_bytes(value: object, compress: object) -> bytes:
+    buffer = io.BytesIO()
+    joblib.dump(value, buffer, compress=compress)
+    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_the_token_in_any_common_encoding_is_refused(encoding: str, checkpoint: Path) -> None:
-    (checkpoint / "run_log.dat").write_bytes(ENCODINGS[encoding]())
-    assert_refused_without_the_token(checkpoint, r"run_log\.dat")
+    """A token of no known credential format (another endpoint's) in an included file refuses the push, however it is
+    encoded, compressed or nested; in a file that is not included it refuses nothing (it is not uploaded)."""
+    (checkpoint / "run_log.dat").write_bytes(ENCODINGS[encoding](ENDPOINT_TOKEN))
+    assert dry_run(checkpoint, ENDPOINT_TOKEN) == CHECKPOINT
+    if encoding == "a zlib-compressed joblib pickle":  # a pickle is never published: left out, token or not
+        assert "run_log.dat" not in dry_run(checkpoint, ENDPOINT_TOKEN, include=["run_log.dat"])
+    else:
+        assert_refused_without_the_token(checkpoint, r"run_log\.dat", ENDPOINT_TOKEN, include=["run_log.dat"])
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_hub_token_in_any_common_encoding_is_never_published(
+    encoding: str, checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Hub token (hf_ and 34) is a credential by its format: an included file holding it, however encoded, is left
+    out for its content or refuses the push; it is never uploaded and never printed."""
+    caplog.set_level(logging.INFO)
+    (checkpoint / "run_log.dat").write_bytes(ENCODINGS[encoding](TOKEN))
+    try:
+        assert "run_log.dat" not in dry_run(checkpoint, include=["run_log.dat"])
+        assert left_out(caplog, "run_log.dat")
+    except CheckpointRefused as refusal:
+        assert "run_log.dat" in str(refusal)
+    assert not [form for form in text_token_forms(TOKEN) if form in caplog.text]
 
 
 def test_every_encoding_of_a_short_token_form_is_searched_too() -> None:
@@ -107,31 +177,25 @@ def test_every_encoding_of_a_short_token_form_is_searched_too() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [f"logs/{TOKEN}.txt", f"runs/{TOKEN}/notes.txt", f"run-{RAW.hex()}.json", f"{quote(TOKEN)}-x/a.txt"],
+    [f"logs/{TOKEN}.txt", f"runs/{TOKEN}/notes.txt", f"run-{TOKEN.encode().hex()}.json", f"{quote(TOKEN)}-x/a.txt"],
 )
 def test_the_token_in_a_file_path_is_refused(path: str, checkpoint: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Included, the file's path refuses the push; not included, the file stays local and its name is logged without
+    the token."""
     caplog.set_level(logging.DEBUG)
     (checkpoint / path).parent.mkdir(parents=True, exist_ok=True)
     (checkpoint / path).write_text("harmless")
-    message = assert_refused_without_the_token(checkpoint, "<token>")
-    assert TOKEN not in caplog.text and RAW.hex() not in caplog.text and TOKEN not in message
-
-
-def test_a_hidden_file_named_with_the_token_is_skipped_and_its_name_not_logged(
-    checkpoint: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO)
-    (checkpoint / f".{TOKEN}").write_text("harmless")  # never uploaded, so it refuses nothing
-    assert f".{TOKEN}" not in dry_run(checkpoint)
-    assert "Not uploading .<token>: a hidden file" in caplog.text and TOKEN not in caplog.text
+    assert dry_run(checkpoint) == CHECKPOINT and "<token>" in caplog.text
+    message = assert_refused_without_the_token(checkpoint, "<token>", include=["*"])
+    assert TOKEN not in caplog.text and TOKEN.encode().hex() not in caplog.text and TOKEN not in message
 
 
 @pytest.mark.parametrize(
     ("push_args", "where"),
     [
-        ({"notes": [f"login {base64.b64encode(RAW).decode()}"]}, "README.md"),
-        ({"commit_message": f"pushed with {RAW.hex()}"}, "the commit message"),
-        ({"datasets": ["".join(f"%{b:02X}" for b in RAW)]}, "README.md"),
+        ({"notes": [f"login {base64.b64encode(TOKEN.encode()).decode()}"]}, "README.md"),
+        ({"commit_message": f"pushed with {TOKEN.encode().hex()}"}, "the commit message"),
+        ({"datasets": ["".join(f"%{b:02X}" for b in TOKEN.encode())]}, "README.md"),
         ({"notes": ["".join(f"\\u{ord(c):04X}" for c in TOKEN)]}, "README.md"),
     ],
 )
@@ -141,23 +205,23 @@ def test_the_token_encoded_in_the_card_or_commit_message_is_refused(
     assert_refused_without_the_token(checkpoint, where, **push_args)
 
 
-def test_a_file_holding_the_raw_token_is_skipped_and_refused_once_named(
-    checkpoint: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO)
-    (checkpoint / "env.txt").write_text(f"HF_TOKEN={TOKEN}\n")  # a Hugging Face token: a credential by its format
-    assert "env.txt" not in dry_run(checkpoint)
-    assert "Not uploading env.txt: holds a Hugging Face token" in caplog.text and TOKEN not in caplog.text
-    assert_refused_without_the_token(checkpoint, r"env\.txt", include_skipped=["env.txt"])
+def test_the_token_in_a_checkpoint_file_is_refused(checkpoint: Path) -> None:
+    """A file the checkpoint is made of is read like any other: the token in its bytes refuses the push."""
+    (checkpoint / "generation_config.json").write_text(json.dumps({"comment": f"made by {ENDPOINT_TOKEN}"}))
+    assert_refused_without_the_token(checkpoint, r"generation_config\.json", ENDPOINT_TOKEN)
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Secrets, pickles and archives by content, whatever their names
+# Keys, credentials, pickles and archives: left out by default, and by their content when included
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def pem(kind: str) -> bytes:
-    return f"-----BEGIN {kind}-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END {kind}-----\n".encode()
+def pem(kind: str) -> str:
+    return f"-----BEGIN {kind}-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END {kind}-----\n"
+
+
+def kubeconfig(user: str) -> bytes:
+    return f"apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://k8s.example.org\n  name: prod\nusers:\n- name: admin\n  user:\n{user}".encode()
 
 
 def torch_archive() -> bytes:
@@ -166,119 +230,139 @@ def torch_archive() -> bytes:
     return buffer.getvalue()
 
 
-def numpy_objects(compressed: bool | None) -> bytes:
+def numpy_objects(save: Callable) -> bytes:
     buffer = io.BytesIO()
-    array = np.array([{"a": 1}, None], dtype=object)
-    if compressed is None:
-        np.save(buffer, array, allow_pickle=True)
-    else:
-        (np.savez_compressed if compressed else np.savez)(buffer, a=array)
+    save(buffer, np.array([{"a": 1}, None], dtype=object))
     return buffer.getvalue()
 
 
-def tar_of_notes() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("notes.txt")
-        info.size = 5
-        tar.addfile(info, io.BytesIO(b"notes"))
-    return buffer.getvalue()
-
-
-def zip_of_notes() -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("notes.txt", "notes")
-    return buffer.getvalue()
-
-
+KEY_B64 = base64.b64encode(pem("RSA PRIVATE KEY").encode()).decode()
 AWS_ID, AWS_SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-CONTENT_SECRETS: dict[str, tuple[str, Callable[[], bytes], str]] = {
-    # case: (file name, content, reason fragment)
-    "RSA key": ("notes.txt", lambda: pem("RSA PRIVATE KEY"), "private key"),
-    "OpenSSH key without a name": ("deploy", lambda: pem("OPENSSH PRIVATE KEY"), "private key"),
-    "encrypted PKCS#8 key": ("backup.dat", lambda: pem("ENCRYPTED PRIVATE KEY"), "private key"),
-    "EC key in JSON": ("server.json", lambda: json.dumps({"key": pem("EC PRIVATE KEY").decode()}).encode(), "private key"),
-    "PGP key": ("keys.asc", lambda: pem("PGP PRIVATE KEY BLOCK"), "private key"),
-    "PuTTY key": ("putty.txt", lambda: b"PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\n", "PuTTY"),
-    "pickle protocol 2": ("state.dat", lambda: pickle.dumps({"step": 5}, protocol=2), "pickle"),
-    "pickle protocol 4": ("state.data", lambda: pickle.dumps(list(range(100)), protocol=4), "pickle"),
-    "pickle protocol 5": ("optimizer", lambda: pickle.dumps({"lr": 0.1}, protocol=5), "pickle"),
-    "pickle protocol 0": ("cfg.txt", lambda: pickle.dumps({"lr": 0.1}, protocol=0), "pickle"),
-    "torch.save archive": ("weights.data", torch_archive, "PyTorch archive"),
-    "NumPy object array": ("stats.npy", lambda: numpy_objects(None), "pickle"),
-    "npz of objects": ("stats.npz", lambda: numpy_objects(False), "pickle"),
-    "compressed npz of objects": ("stats2.npz", lambda: numpy_objects(True), "pickle"),
-    "gzip-compressed pickle": ("state.gz", lambda: gzip.compress(pickle.dumps({"a": 1}, protocol=4)), "gzip-compressed pickle"),
-    "bzip2-compressed pickle": ("state.bz", lambda: bz2.compress(pickle.dumps({"a": 1}, protocol=3)), "bzip2-compressed pickle"),
-    "zip archive": ("extras.zip", zip_of_notes, "zip archive"),
-    "tar archive": ("extras.tar", tar_of_notes, "tar archive"),
-    "AWS credentials file": ("aws.ini", lambda: f"[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\n".encode(), "AWS secret"),
-    "AWS key pair in a CSV": ("keys.csv", lambda: f"Access key ID,Secret access key\n{AWS_ID},{AWS_SECRET}\n".encode(), "AWS access key id"),
-    "GCP service account": ("sa.json", lambda: json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "1", "private_key": "MIIE"}).encode(), "service-account"),
-    "another Hugging Face token": ("ci.yml", lambda: f"env:\n  HF: {OTHER_HF_TOKEN}\n".encode(), "Hugging Face token"),
-    "GitHub token": ("gh.txt", lambda: b"ghp_" + b"a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "GitHub token"),
-    "GitHub fine-grained token": ("gh2.txt", lambda: b"github_pat_" + b"11ABCDEFG0" * 8, "GitHub token"),
-    "npm token": ("npm-config", lambda: b"//registry.npmjs.org/:_authToken=npm_abcdef0123456789\n", "npm"),
-    "pypirc": ("pypi-config", lambda: b"[distutils]\nindex-servers = pypi\n\n[pypi]\nusername = __token__\npassword = pypi-AgEIcHlwaS5vcmc\n", "password"),
+# case: (file name, content, what the line that leaves it out says). The first nine are the reproductions of issue 30
+# (each was listed for upload, or published, by hf-norms 0.2); the others are variants of the same classes.
+ATTACKS: dict[str, tuple[str, Callable[[], bytes], str]] = {
+    "zlib-compressed token": ("state.z", lambda: zlib.compress(f"HF_TOKEN={TOKEN}\n".encode()), "access token"),
+    "OpenSSH key saved as UTF-16": ("deploy_key.txt", lambda: pem("OPENSSH PRIVATE KEY").encode("utf-16"), "private key"),
+    "PEM key base64'd in a Kubernetes YAML": ("kube.yaml", lambda: kubeconfig(f"    client-key-data: {KEY_B64}\n"), "private key (in a base64 text)"),
+    "compressed joblib pickle": ("model.joblib", lambda: joblib_bytes({"w": np.arange(3)}, compress=True), "a pickle"),
+    "Docker config auths": ("docker.json", lambda: json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": base64.b64encode(b"me:hunter22").decode()}}}).encode(), "secret setting"),
+    "kubeconfig token": ("ci-kubeconfig", lambda: kubeconfig("    token: 9f8e7d6c5b4a39281706f5e4d3c2b1a0\n"), "secret setting"),
+    "OPENAI_API_KEY line": ("settings.sh", lambda: b"export OPENAI_API_KEY=sk-proj-AbCdEf0123456789GhIjKl\n", "access token"),
+    ".pgpass": (".pgpass", lambda: b"db.example.org:5432:prod:alice:s3cr3t-pass\n", ".pgpass"),
+    "large protocol-0 pickle": ("cache.dat", lambda: pickle.dumps(list(range(30000)), protocol=0), "a pickle"),
+    # the same classes, as an attacker varies them
+    "OpenSSH key in UTF-16 without a byte-order mark": ("key.txt", lambda: pem("OPENSSH PRIVATE KEY").encode("utf-16-le"), "private key"),
+    "EC key in UTF-32": ("key32.txt", lambda: pem("EC PRIVATE KEY").encode("utf-32"), "private key"),
+    "PGP key, bzip2'd and base64'd in JSON": ("backup.json", lambda: json.dumps({"blob": base64.b64encode(bz2.compress(pem("PGP PRIVATE KEY BLOCK").encode())).decode()}).encode(), "private key"),
+    "PuTTY key in a zip in a tar": ("keys.tar", lambda: tar_of({"keys.zip": zip_of({"k.ppk": b"PuTTY-User-Key-File-3: ssh-ed25519\n"})}), "private key"),
+    "GCP service account": ("sa.json", lambda: json.dumps({"type": "service_account", "private_key": pem("PRIVATE KEY")}).encode(), "private key"),
+    "joblib pickle compressed with gzip": ("m.gz", lambda: joblib_bytes({"a": 1}, ("gzip", 3)), "a pickle"),
+    "joblib pickle compressed with lzma": ("m.lzma", lambda: joblib_bytes({"a": 1}, ("lzma", 3)), "a pickle"),
+    "joblib pickle compressed with xz": ("m.xz", lambda: joblib_bytes({"a": 1}, ("xz", 3)), "a pickle"),
+    "joblib pickle compressed with bzip2": ("m.bz2", lambda: joblib_bytes({"a": 1}, ("bz2", 3)), "a pickle"),
+    "large protocol-1 pickle": ("cache1.dat", lambda: pickle.dumps(list(range(30000)), protocol=1), "a pickle"),
+    "protocol-0 pickle, xz'd in a zip": ("opt.zip", lambda: zip_of({"opt.xz": lzma.compress(pickle.dumps({"lr": 0.1}, protocol=0))}), "a pickle"),
+    "pickle in a tar, gzip'd": ("state.tgz", lambda: gzip.compress(tar_of({"state.pkl": pickle.dumps({"a": 1}, protocol=4)})), "a pickle"),
+    "torch.save archive": ("weights.data", torch_archive, "a pickle"),
+    "compressed npz of objects": ("stats.npz", lambda: numpy_objects(lambda f, a: np.savez_compressed(f, a=a)), "a pickle"),
+    "NumPy object array": ("stats.npy", lambda: numpy_objects(lambda f, a: np.save(f, a, allow_pickle=True)), "a pickle"),
+    "Docker identity token": ("auth.json", lambda: json.dumps({"auths": {"r.io": {"identitytoken": "a1b2c3d4e5f6g7h8i9"}}}).encode(), "secret setting"),
+    "kubeconfig JWT": ("kube2.yaml", lambda: kubeconfig("    token: eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjaSJ9.c2lnbmF0dXJl\n"), "JSON Web Token"),
+    ".env with a secret": (".env.production", lambda: b"DJANGO_SECRET_KEY='x9#k2-secret-value-123'\nDEBUG=0\n", "secret setting"),
+    "API key in YAML": ("config.yaml", lambda: b"service:\n  api_key: 3f9a8b7c6d5e4f3a2b1c\n", "secret setting"),
+    "another Hugging Face token": ("ci.yml", lambda: f"env:\n  HF: {OTHER_HF_TOKEN}\n".encode(), "access token"),
+    "GitHub token in a git credential URL": (".git-credentials", lambda: b"https://me:ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8@github.com\n", "access token"),
+    "database URL with a password": ("db.txt", lambda: b"postgres://alice:s3cr3t@db.example.org/prod\n", "URL with a password"),
+    "AWS credentials": ("aws.ini", lambda: f"[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\n".encode(), "access token"),
     "netrc": ("hosts", lambda: b"machine api.example.org login me password s3cr3t\n", ".netrc"),
+    "pypirc": ("pypi-config", lambda: b"[pypi]\nusername = __token__\npassword = pypi-AgEIcHlwaS5vcmcCJGI2ZDA5YjM4LWE1NzItNDY\n", "access token"),
+    "zstandard archive": ("extras.zst", lambda: b"\x28\xb5\x2f\xfd" + bytes(range(64)), "cannot be checked"),
+    "corrupt gzip": ("broken.gz", lambda: gzip.compress(b"x" * 1000)[:12] + b"\xff" * 20, "cannot be checked"),
+    "zip bomb": ("bomb.zip", lambda: zip_of({"zeros": b"\0" * (UNPACK_LIMIT + 1)}), "cannot be checked"),
 }  # fmt: skip
+# included and uploaded: content that holds nothing of the above
+HARMLESS: dict[str, Callable[[], bytes]] = {
+    "notes.txt": lambda: b"loss 0.1 at step 5\n",
+    "formula.txt": lambda: b"x^2 + y^2 = 1 (starts like a zlib header)\n",
+    "features.npy": lambda: numpy_objects(lambda f, a: np.save(f, np.arange(12.0).reshape(3, 4))),
+    "arrays.npz": lambda: numpy_objects(lambda f, a: np.savez_compressed(f, a=np.arange(10.0))),
+    "extras.zip": lambda: zip_of({"notes.txt": b"notes", "more/data.csv": b"a,b\n1,2\n"}),
+    "extras.tar": lambda: tar_of({"notes.txt": b"notes"}),
+    "tokenizer-notes.md": lambda: b'Set `"pad_token": "[PAD]"` and `token_type_ids`; call `get_token()`.\n',
+}
 
 
-@pytest.mark.parametrize("case", CONTENT_SECRETS)
-def test_secrets_pickles_and_archives_are_skipped_by_content(
-    case: str, checkpoint: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    name, content, reason = CONTENT_SECRETS[case]
-    (checkpoint / name).write_bytes(content())
+@pytest.fixture
+def attacked(checkpoint: Path) -> Path:
+    """The checkpoint with every file of `ATTACKS` and `HARMLESS` beside it, and a link to the first key."""
+    for name, content, _ in ATTACKS.values():
+        (checkpoint / name).write_bytes(content())
+    for name, content in HARMLESS.items():
+        (checkpoint / name).write_bytes(content())
+    (checkpoint / "key-link.txt").symlink_to("deploy_key.txt")
+    return checkpoint
+
+
+def test_only_the_checkpoint_is_uploaded_by_default(attacked: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    assert name not in dry_run(checkpoint)
-    line = next(line for line in caplog.text.splitlines() if f"Not uploading {name}:" in line)
-    assert reason in line
-    assert name in dry_run(checkpoint, include_skipped=[name])  # named, it is uploaded (the token check reads it)
+    assert dry_run(attacked) == CHECKPOINT
+    for name in [*(name for name, _, _ in ATTACKS.values()), *HARMLESS, "key-link.txt"]:
+        assert left_out(caplog, name) == f"not a file of an hf-norms checkpoint (add it with --include {name})"
+
+
+@pytest.mark.parametrize("case", ATTACKS)
+def test_secrets_pickles_and_archives_are_skipped_by_content(
+    case: str, attacked: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    name, _, reason = ATTACKS[case]
+    assert dry_run(attacked, include=[name]) == CHECKPOINT
+    assert reason in left_out(caplog, name)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["credentials", "vault.kdbx", "release.jks", "app.keystore", "id_ecdsa", "id_dsa.pub", "key.ppk",
-     "terraform.tfstate", "model.joblib", "features.pkl.gz", "state.dill", "fn.cloudpickle", "exported.pt2"],
+    ["credentials", "id_rsa", ".env", "vault.kdbx", "server.pem", "training_args.bin", "model.joblib",
+     "features.pkl.gz", "hf_token.txt", ".ssh/config", "checkpoint-5/notes.txt"],
 )  # fmt: skip
 def test_secret_and_pickle_names_are_skipped(name: str, checkpoint: Path) -> None:
+    """A file outside the checkpoint stays local whatever its name; included, its content decides, not its name."""
+    (checkpoint / name).parent.mkdir(exist_ok=True)
     (checkpoint / name).write_text("not a secret by its content")
-    assert name not in dry_run(checkpoint) and name in dry_run(checkpoint, include_skipped=[name])
+    assert dry_run(checkpoint) == CHECKPOINT
+    assert dry_run(checkpoint, include=[name]) == sorted([*CHECKPOINT, name])
 
 
-def test_a_named_pickle_holding_the_token_is_still_refused(checkpoint: Path) -> None:
-    (checkpoint / "state.dat").write_bytes(pickle.dumps({"hub_token": TOKEN}, protocol=4))
-    assert "state.dat" not in dry_run(checkpoint)
-    assert_refused_without_the_token(checkpoint, r"state\.dat", include_skipped=["state.dat"])
+def test_a_link_is_read_as_the_file_it_leads_to(attacked: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    assert dry_run(attacked, include=["key-link.txt"]) == CHECKPOINT
+    assert "private key" in left_out(caplog, "key-link.txt")
+
+
+def test_harmless_included_files_and_archives_are_uploaded(attacked: Path) -> None:
+    assert dry_run(attacked, include=list(HARMLESS)) == sorted([*CHECKPOINT, *HARMLESS])
+
+
+def test_nothing_left_out_reaches_the_hub(attacked: Path, api: HfApi) -> None:
+    """Every file of the folder included (`*`): the Hub gets the checkpoint and the harmless files, nothing else."""
+    push_to_hub(attacked, "org/content-checks", endpoint=api.endpoint, token=TOKEN, include=["*"])
+    assert sorted(api.list_repo_files("org/content-checks")) == sorted([*CHECKPOINT, *HARMLESS, ".gitattributes"])
 
 
 def test_real_model_files_are_never_taken_for_secrets(minilm_dir: Path, checkpoint: Path, tmp_path: Path) -> None:
-    """The packaged MiniLM (safetensors, tokenizer, vocabulary, sentence-transformers files, its README), an hf-norms
-    checkpoint's remote code, config and image processor, and NumPy arrays of numbers are all uploaded."""
-    np.save(checkpoint / "features.npy", np.arange(12.0).reshape(3, 4))
+    """Every file of the packaged MiniLM (safetensors, tokenizer, vocabulary, sentence-transformers files, its README)
+    and of an hf-norms checkpoint (remote code, config, image processor) passes the content checks."""
+    files = {}
     for folder in (minilm_dir, checkpoint):
-        files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-        kept, skipped = screen_files(folder, files, TOKEN)
-        assert skipped == {} and kept == files
+        files[folder] = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+        kept, skipped = screen_files(folder, files[folder], TOKEN)
+        assert skipped == {} and kept == files[folder]
     assert {"modules.json", "1_Pooling/config.json", "vocab.txt", "tokenizer.json", "model.safetensors"} <= set(
-        sorted(p.relative_to(minilm_dir).as_posix() for p in minilm_dir.rglob("*"))
+        files[minilm_dir]
     )
-    assert {"norms.py", "modeling_vit_norm.py", "features.npy"} <= set(dry_run(checkpoint))
     weights = tmp_path / "looks-like-pickle.safetensors"  # a safetensors header whose length starts 0x80 0x02
     weights.write_bytes((0x0280).to_bytes(8, "little") + b"{" + b" " * 0x027E + b"}" + b"\0" * 64)
     assert scan_file(weights, token_forms(TOKEN)).secret is None
-
-
-def test_content_skipped_files_never_reach_the_hub(checkpoint: Path, api: HfApi) -> None:
-    for case in ("OpenSSH key without a name", "pickle protocol 4", "GCP service account", "zip archive"):
-        name, content, _ = CONTENT_SECRETS[case]
-        (checkpoint / name).write_bytes(content())
-    push_to_hub(checkpoint, "org/content-skips", endpoint=api.endpoint, token=TOKEN)
-    remote = set(api.list_repo_files("org/content-skips"))
-    assert {"config.json", "model.safetensors", "README.md"} <= remote
-    assert not {"deploy", "state.data", "sa.json", "extras.zip"} & remote
 
 
 def test_local_paths_are_not_published(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:

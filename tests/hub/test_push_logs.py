@@ -19,7 +19,7 @@ from huggingface_hub import HfApi
 from transformers import ViTImageProcessorPil
 
 import hf_norms
-from hf_norms.hub.content_checks import text_token_forms
+from hf_norms.hub.redaction import text_token_forms
 from hf_norms.hub.server import HubServer
 
 
@@ -58,7 +58,8 @@ def token_forms_in(text: str) -> list[str]:
 
 def clean_env(home: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
-    return {**env, "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    path = os.pathsep.join([str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {**env, "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONPATH": path}
 
 
 MATRIX = r"""

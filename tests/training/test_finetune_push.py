@@ -13,7 +13,7 @@ import pytest
 from conftest import HF_NORMS_SCRIPT, tiny_sentence_transformer
 from huggingface_hub import HfApi, ModelCard, snapshot_download
 
-from hf_norms.hub.content_checks import text_token_forms, token_forms
+from hf_norms.hub.redaction import text_token_forms, token_forms
 from hf_norms.hub.server import HubServer
 
 TOKEN = "hf_FinetunePushTokenAbCdEfGhIjKl0123"
