@@ -27,24 +27,26 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import HfApi, snapshot_download
+from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_norms.hub.content_checks import SCAN_CHUNK, UNPACK_LIMIT, scan_file
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
 from hf_norms.hub.redaction import text_token_forms, token_forms
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.upload_files import screen_files
+from hf_norms.models import configuration_vit_norm, modeling_vit_norm
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token: hf_ and 34 letters and digits
 ENDPOINT_TOKEN = "private-endpoint-token-0815-abcdef"  # a token of another Hub endpoint: no known credential format
 OTHER_HF_TOKEN = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa76543210"
-# what save_pretrained and the image processor write for the tiny ViT of `saved_checkpoint`, and the card
-CHECKPOINT = sorted(
-    ["README.md", "config.json", "model.safetensors", "preprocessor_config.json", "configuration_vit_norm.py",
-     "layernorm_loading.py", "modeling_norm_utils.py", "modeling_vision_norm.py", "modeling_vit_norm.py", "norms.py",
-     "norm_derf.py", "norm_dtn.py", "norm_dtn_export.py", "norm_dtn_fast.py", "norm_dtn_formula.py", "norm_dyt.py",
-     "norm_lape.py", "norm_layernorm.py", "norm_options.py", "norm_sepnorm.py", "runtime.py", "token_layout.py",
-     "version_guard.py"]
-)  # fmt: skip
+# what save_pretrained and the image processor write for the tiny ViT of `saved_checkpoint`, and the card: the
+# remote code is the modeling and configuration files and every file they reach by relative imports
+REMOTE_CODE = {
+    Path(path).name
+    for module in (modeling_vit_norm, configuration_vit_norm)
+    for path in (module.__file__, *get_relative_import_files(module.__file__))
+}
+CHECKPOINT = sorted(["README.md", "config.json", "model.safetensors", "preprocessor_config.json", *REMOTE_CODE])
 
 pytestmark = pytest.mark.usefixtures("hub_online")
 
