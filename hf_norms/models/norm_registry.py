@@ -62,6 +62,12 @@ def _sepnorm():
     return SeparateNorm
 
 
+def _rmsnorm():
+    from .norm_rmsnorm import RMSNorm
+
+    return RMSNorm
+
+
 def _dtn_caveats(options, family, untrained):
     items = [
         "DTN mixes statistics across tokens: a token's output depends on the other tokens of its sequence, and the "
@@ -367,6 +373,41 @@ NORM_TYPES: dict[str, NormSpec] = {
         position_norms=True,
         keeps_input_position_embeddings=lambda config: config.lape_keep_input_pe,
         caveats=_lape_caveats,
+    ),
+    "rmsnorm": NormSpec(
+        name="rmsnorm",
+        short_name="RMSNorm",
+        layer=_rmsnorm,
+        text=CardText(
+            title="RMSNorm",
+            headline="with **RMSNorm** in place of its LayerNorms",
+            description=(
+                "RMSNorm divides each token by the root mean square of its channels, without subtracting their mean, "
+                "then applies a per-channel affine map."
+            ),
+            equation=r"y = \gamma \odot \frac{x}{\sqrt{\overline{x^2} + \epsilon}} + \beta",
+            placement=f"`beta` is optional (`rmsnorm_bias`). {REPLACED}",
+        ),
+        paper=Paper(
+            key="zhang2019rmsnorm",
+            title="Root Mean Square Layer Normalization",
+            authors=("Biao Zhang", "Rico Sennrich"),
+            booktitle="Advances in Neural Information Processing Systems (NeurIPS)",
+            year=2019,
+            arxiv_id="1910.07467",
+        ),
+        options=(Option("rmsnorm_bias", bool, True, "RMSNorm with a per-channel bias (a LayerNorm's beta)."),),
+        preserving_options=None,
+        centered_families=PRE_LN_FAMILIES,
+        calibration="gradient",
+        caveats=lambda options, family, untrained: (
+            [
+                "BERT is post-LN: its residual stream is each LayerNorm's output, which cannot be made mean-free, so "
+                "RMSNorm on BERT is calibrated and healed, not exact."
+            ]
+            if family == "bert"
+            else []
+        ),
     ),
 }
 NORM_NAMES = tuple(NORM_TYPES)

@@ -358,7 +358,7 @@ BAD_INPUTS = {
     "corrupt safetensors header": (corrupt_header, "sepnorm", {}, "corrupt"),
     "pickle-only checkpoint": (pickle_only, "sepnorm", {}, "--allow-pickle"),
     "unsupported architecture": (unsupported_architecture, "sepnorm", {}, "model_type 'gpt2' is not supported"),
-    "unknown norm_type": (None, "rmsnorm", {}, "norm_type 'rmsnorm' is not supported"),
+    "unknown norm_type": (None, "groupnorm", {}, "norm_type 'groupnorm' is not supported"),
     "option that does not fit": (None, "dtn", {"options": {"dtn_num_heads": 5}}, "does not fit"),
     "unknown option": (None, "dyt", {"options": {"dyt_alpha": 1.0}}, "Unknown norm option"),
     "DyT without calibration data": (None, "dyt", {}, "calibration data"),

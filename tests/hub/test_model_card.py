@@ -273,7 +273,7 @@ def test_every_head_has_its_auto_class():
 
 
 def test_the_registrys_papers_render_as_bibtex():
-    assert set(PAPERS) == {"dyt", "derf", "dtn", "sepnorm", "lape"}
+    assert set(PAPERS) == {"dyt", "derf", "dtn", "sepnorm", "lape", "rmsnorm"}
     for paper in PAPERS.values():
         entry = paper.bibtex()
         assert entry.startswith(f"@inproceedings{{{paper.key},") and entry.count("{") == entry.count("}")
