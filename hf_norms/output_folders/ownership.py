@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..readers import read_json_object
 from .places import OutputFolderError, listing
 
 MARKER_NAME = ".hf-norms-made-this"
@@ -48,7 +49,7 @@ class Marker:
         try:
             if not stat.S_ISREG(path.lstat().st_mode):
                 return None
-            data = json.loads(path.read_text())
+            data = read_json_object(path, "it is no marker")  # refused: read as none
             files = data.get("files") or {}
             return cls(str(data.get("run_id", "")), int(data["pid"]), str(data.get("command", "")),
                        int(data.get("started_ns", 0)), {str(k): list(v) for k, v in files.items()})  # fmt: skip
@@ -124,8 +125,8 @@ def written_files(folder: Path) -> dict[str, list[int]]:
 def is_legacy_output(folder: Path) -> bool:
     """An output of an earlier release: a `config.json` beside a conversion report that names hf-norms, no marker."""
     try:
-        return (folder / "config.json").is_file() and "hf_norms_version" in json.loads(
-            (folder / REPORT_NAME).read_text()
+        return (folder / "config.json").is_file() and "hf_norms_version" in read_json_object(
+            folder / REPORT_NAME, "ignored"
         )
     except (OSError, ValueError, TypeError):
         return False

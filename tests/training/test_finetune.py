@@ -707,3 +707,25 @@ def test_a_dropout_override_no_model_trains_with_is_refused_before_training(valu
         tmp_path / "out",
         r"--config_overrides: hidden_dropout_prob must be a probability",
     )
+
+
+def test_a_text_is_cut_to_what_the_tokenizer_keeps_before_it_is_tokenised(minilm_dir):
+    """A row of 3 MB gives the ids of its first `max_length` tokens, and the tokenizer is handed at most
+    `readers.TEXT_LIMIT` characters of it."""
+    from transformers import AutoTokenizer
+
+    from hf_norms.readers import TEXT_LIMIT
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    handed = []
+
+    def recording(texts, pairs=None, **options):
+        handed.extend(len(text) for text in [*texts, *(pairs or [])])
+        return tokenizer(texts, pairs, **options)
+
+    text = "The market rose again. " * 130_000
+    transform = data_module.TextTransform(recording, "text", 64, label_column="label", text_pair_column="pair")
+    encoded = transform({"text": [text, "short"], "pair": ["a pair", text], "label": [0, 1]})
+    expected = tokenizer([text, "short"], ["a pair", text], truncation=True, max_length=64)
+    assert encoded["input_ids"] == expected["input_ids"] and encoded["labels"] == [0, 1]
+    assert len(text) > 90 * TEXT_LIMIT and max(handed) == TEXT_LIMIT
