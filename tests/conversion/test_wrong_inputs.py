@@ -317,3 +317,18 @@ def test_an_image_of_too_many_pixels_is_refused_from_its_header(tiny_vit_dir, tm
                        "--use_cpu", "--max_steps", "1"], capsys)  # fmt: skip
     assert_refused(status, err, "z.png) is an image of 13000 x 13000 pixels")
     assert not (tmp_path / "ft").exists() and "Warning" not in err
+
+
+def test_a_tokenizer_that_does_not_load_stops_fine_tuning_in_one_line(tiny_bert_dir, tmp_path, capsys):
+    """The checkpoint's tokenizer is read as a conversion reads it: a truncated tokenizer.json is refused before the
+    output folder is made, not skipped for another tokenizer file."""
+    source = edited_copy(tiny_bert_dir, tmp_path / "source")
+    text = (source / "tokenizer.json").read_text()
+    (source / "tokenizer.json").write_text(text[: len(text) // 2])
+    data = tmp_path / "news.csv"
+    data.write_text("text,label\n" + "".join(f"text number {i},{i % 2}\n" for i in range(8)))
+    before = tree_digest(source)
+    status, err = run(["finetune", "--model_name_or_path", str(source), "--dataset", str(data), "--max_seq_length",
+                       "16", "--max_steps", "1", "--output_dir", str(tmp_path / "out"), "--use_cpu"], capsys)  # fmt: skip
+    assert_refused(status, err, "tokenizer.json is not valid JSON")
+    assert tree_digest(source) == before and not (tmp_path / "out").exists()
