@@ -238,13 +238,17 @@ def read_json_object(path: Path, what: str) -> dict:
 
 
 def _depth(value: Any) -> int:
-    """Levels of nested lists and dicts in `value` (0 for a scalar), counted without recursion."""
-    deepest, level = 0, [(value, 1)]
+    """Levels of nested lists and dicts in `value` (0 for a scalar), counted without recursion; a container that YAML's
+    aliases make appear in several places is walked again only when reached deeper (so an alias bomb costs no more
+    than its distinct containers)."""
+    deepest, reached, level = 0, {}, [(value, 1)]
     while level:
         item, depth = level.pop()
         children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, depth)
-            if depth <= JSON_DEPTH:
-                level.extend((child, depth + 1) for child in children)
+        if children is None or reached.get(id(item), 0) >= depth:
+            continue
+        reached[id(item)] = depth
+        deepest = max(deepest, depth)
+        if depth <= JSON_DEPTH:
+            level.extend((child, depth + 1) for child in children)
     return deepest

@@ -442,6 +442,20 @@ def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
     return FinetuneArgumentParser(ARGUMENT_CLASSES, **parser_options)
 
 
+def parsed_arguments(parser: HfArgumentParser, argv: list[str]) -> list:
+    """The argument dataclasses of `argv` (options, or one `.json` / `.yaml` file of them); the `ValueError` of a
+    dataclass that refuses its values (an unknown key, `TrainingArguments`' own checks) is an input error."""
+    try:
+        if (path := arguments_file(argv)) is not None:
+            return list(parser.parse_dict(read_arguments_file(path)))
+        *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    except ValueError as error:
+        raise FinetuneInputError(str(error)) from None
+    if unknown:
+        raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
+    return arguments
+
+
 def main(argv: list[str] | None = None) -> int:
     """`hf-norms finetune ...` and `python -m hf_norms.training.finetune ...` (what torchrun and accelerate launch):
     ModelArguments, DataArguments and TrainingArguments options, or one .json/.yaml file of them. Input errors are one
@@ -449,13 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_argument_parser(prog="hf-norms finetune", description=__doc__.split("\n\n")[0])
     with handled_errors("hf-norms finetune") as outcome:
-        if (path := arguments_file(argv)) is not None:
-            arguments = parser.parse_dict(read_arguments_file(path))
-        else:
-            *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
-            if unknown:
-                raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
-        model_args, data_args, output_args, training_args = arguments
+        model_args, data_args, output_args, training_args = parsed_arguments(parser, argv)
         with tokens_redacted(model_args.token, training_args.hub_token, get_token()):
             finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
     return outcome.status

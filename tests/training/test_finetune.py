@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -762,17 +763,30 @@ def test_a_wrong_batch_size_in_the_python_api_fails_before_the_output_folder_is_
     assert not (tmp_path / "out").exists()
 
 
+# YAML whose aliases make 10**12 leaves from 120 of them: read (and walked for its depth) in moments.
+ALIAS_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 12)
+)
+
+
 def test_an_options_file_that_does_not_read_is_one_line(tmp_path, capsys):
     files = {
         "deep.json": ("[" * 100_000 + "]" * 100_000, "deep.json is nested too deeply"),
         "list.json": ("[1, 2]", "list.json holds a list, not a mapping of options"),
         "broken.yaml": ("output_dir: [", "broken.yaml is not valid YAML"),
+        "aliases.yaml": (ALIAS_BOMB, "Give exactly one of model_name_or_path"),
     }
     for name, (text, said) in files.items():
         (tmp_path / name).write_text(text)
-        assert cli.main(["finetune", str(tmp_path / name)]) == 2
+        started = time.perf_counter()
+        assert cli.main(["finetune", str(tmp_path / name)]) == 2 and time.perf_counter() - started < 10
         err = capsys.readouterr().err
         assert err.startswith("hf-norms finetune: error: ") and said in err and err.count("\n") == 1, err
+    # TrainingArguments refusing a combination is an input error too (exit status 2, it used to be 1)
+    assert cli.main(["finetune", "--model_type", "vit_norm", "--output_dir", str(tmp_path / "out"),
+                     "--load_best_model_at_end", "--eval_strategy", "no"]) == 2  # fmt: skip
+    assert "--load_best_model_at_end requires the save and eval strategy to match" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_text_is_cut_to_what_the_tokenizer_keeps_before_it_is_tokenised(minilm_dir):
