@@ -301,6 +301,9 @@ def run_finetune(arguments: list[str]) -> int:
         parser.print_help()
         parser.exit()
     with handled_errors("hf-norms finetune") as outcome:  # importing transformers takes seconds: a Ctrl-C may come
+        from .training.arguments import check_command_line
+
+        check_command_line(arguments)  # a wrong batch size, count or rate: one line at once, before the slow imports
         from . import register_auto_classes
         from .training.finetune import main
 

@@ -28,6 +28,11 @@ class InputError(HfNormsError, ValueError):
     exit_code = 2
 
 
+class ConversionError(InputError):
+    """An input that a conversion, a healing or a fine-tuning reads is unusable (a checkpoint, its files, the data);
+    the message names the problem and the fix."""
+
+
 class ArgumentTypeError(InputError, TypeError):
     """A Python API argument of the wrong type (`convert(None, ...)`): a `TypeError` that is also an input error."""
 

@@ -18,9 +18,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import ConversionError
 from ..models.norm_registry import STOCK
 from ..output_folders import move_aside
+from ..readers import read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +47,6 @@ DTYPE_SIZES = {
     "U64": 8,
     "F64": 8,
 }
-
-
-class ConversionError(InputError):
-    """A conversion or healing input is unusable; the message names the problem and the fix."""
 
 
 @dataclass(frozen=True)
@@ -149,17 +146,6 @@ def _endpoint() -> str:
     from huggingface_hub import constants
 
     return constants.ENDPOINT
-
-
-def read_json_object(path: Path, what: str) -> dict:
-    """The JSON object in `path`; a `ConversionError` naming `what` when it is unreadable or not an object."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise ConversionError(f"{path} is not valid JSON ({error}); {what}.") from None
-    if not isinstance(value, dict):
-        raise ConversionError(f"{path} holds a JSON {type(value).__name__}, not an object; {what}.")
-    return value
 
 
 def check_weights(folder: Path, allow_pickle: bool) -> tuple[bool, dict[str, tuple[int, ...] | None]]:

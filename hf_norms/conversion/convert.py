@@ -133,7 +133,7 @@ def evaluation_examples(
     """Evaluation examples and their start index: the given data; else the calibration data's examples after the
     calibration samples (held out); else the built-in probes."""
     if evaluation_data is not None:
-        return load_examples(evaluation_data, modality).take(0, evaluation_samples), 0
+        return load_examples(evaluation_data, modality, evaluation_samples), 0
     if calibration is not None and len(calibration) > calibration_samples:
         return calibration.take(calibration_samples, evaluation_samples), calibration_samples
     if calibration is not None:
@@ -434,7 +434,9 @@ class ConversionData:
              evaluation_samples, batch_size, max_length) -> ConversionData:  # fmt: skip
         """Load and encode the data; without a tokenizer or image processor, fixed random inputs still compare the
         two models."""
-        calibration = load_examples(calibration_data, modality) if calibration_data is not None else None
+        # read as far as needed: without evaluation data, the examples after the calibration samples are evaluated on
+        count = calibration_samples + (evaluation_samples if evaluation_data is None else 0)
+        calibration = None if calibration_data is None else load_examples(calibration_data, modality, count)
         if (calibration is not None or evaluation_data is not None) and processor is None:
             needed = "tokenizer" if modality == "text" else "image processor"
             raise ConversionError(f"The data needs the model's {needed} to encode it: give one (processor=...).")

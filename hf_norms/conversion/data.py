@@ -1,15 +1,18 @@
 """Calibration and evaluation data for conversions, and the model inputs made from it.
 
 `load_examples` reads texts or images from a `.txt` file, a folder of images, a saved `datasets` folder, a
-`datasets.Dataset` or a list; `probe_examples` gives built-in inputs when no data is given; `encode_batches` turns
-examples into model inputs with the checkpoint's tokenizer or image processor. `run_model` and `real_token_mask` are
+`datasets.Dataset` or a list, only as many as are asked for, through the bounded readers (`hf_norms.readers`);
+`probe_examples` gives built-in inputs when no data is given; `encode_batches` turns examples into model inputs with
+the checkpoint's tokenizer or image processor. `run_model` and `real_token_mask` are
 how every conversion step runs a model on such a batch.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checkpoint_io import ConversionError
+from ..errors import ConversionError
+from ..readers import check_document, cut_text, open_image, text_lines
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 TEXT_COLUMNS = ("text", "sentence", "content", "document")
@@ -51,23 +55,30 @@ class Examples:
         return Examples(self.items[start:stop], self.description, self.modality)
 
 
-def load_examples(data: Any, modality: str) -> Examples:
-    """Texts (`modality="text"`) or RGB images (`"image"`) from a calibration or evaluation data source.
+def load_examples(data: Any, modality: str, count: int | None = None) -> Examples:
+    """The first `count` (default: all) texts (`modality="text"`) or RGB images (`"image"`) of a calibration or
+    evaluation data source; a path is read only as far as that.
 
     `data` is one of: a `.txt` file (one text per non-empty line); a folder of image files (searched recursively,
     sorted by path); a folder written by `datasets.Dataset.save_to_disk`; a `datasets.Dataset`; a list of strings or
     of PIL images. A dataset's column is `text`/`sentence`/`content`/`document` or `image`/`img`, else the first
-    column of the right kind.
+    column of the right kind. Everything goes through the bounded readers (`hf_norms.readers`): a text longer than
+    `TEXT_LIMIT` characters (a line, a dataset's document, a text of the list) gives several examples, and every image
+    file is checked from its header before it is decoded.
     """
     if isinstance(data, (str, os.PathLike)):
-        return _load_path(Path(data).expanduser().resolve(), modality)  # reports name absolute paths
+        path = Path(data).expanduser().resolve()  # reports name absolute paths
+        return Examples(list(itertools.islice(_path_items(path, modality), count)), str(path), modality)
     if _is_dataset(data):
         return Examples(
-            _dataset_column(data, modality, repr_name="datasets.Dataset"), _describe_dataset(data), modality
+            list(itertools.islice(dataset_items(data, modality, "datasets.Dataset"), count)),
+            _describe_dataset(data),
+            modality,
         )
     if isinstance(data, Sequence) and len(data) > 0:
-        items = list(data)
-        _check_items(items, modality, "the given list")
+        _check_items(data, modality, "the given list")
+        windows = (window for text in data for window in cut_text(text)) if modality == "text" else iter(data)
+        items = list(itertools.islice(windows, count))
         return Examples(
             items, f"in-memory list of {len(items)} {'texts' if modality == 'text' else 'images'}", modality
         )
@@ -77,7 +88,8 @@ def load_examples(data: Any, modality: str) -> Examples:
     )
 
 
-def _load_path(path: Path, modality: str) -> Examples:
+def _path_items(path: Path, modality: str) -> Iterator[Any]:
+    """The examples of a local data source, read one at a time (checked to hold at least one)."""
     if not path.exists():
         raise ConversionError(f"Data source {path} does not exist.")
     if path.is_file():
@@ -85,30 +97,30 @@ def _load_path(path: Path, modality: str) -> Examples:
             raise ConversionError(f"Data file {path} is not a .txt file (one text per line).")
         if modality != "text":
             raise ConversionError(f"{path} holds texts, but this model takes images: give a folder of images.")
-        try:
-            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except UnicodeDecodeError as error:
-            raise ConversionError(
-                f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}): give a "
-                "UTF-8 .txt file with one text per line."
-            ) from None
-        if not lines:
-            raise ConversionError(f"{path} holds no text lines.")
-        return Examples(lines, str(path), modality)
-    if is_saved_dataset(path):
+        items, what = text_lines(path), "text lines"
+    elif is_saved_dataset(path):
         import datasets
 
         dataset = datasets.load_from_disk(str(path))
         if isinstance(dataset, datasets.DatasetDict):
-            split = "train" if "train" in dataset else next(iter(dataset))
-            dataset = dataset[split]
-        return Examples(_dataset_column(dataset, modality, repr_name=str(path)), str(path), modality)
-    files = image_files(path)
-    if not files:
-        raise ConversionError(f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)}) and is not a saved dataset.")
-    if modality != "image":
-        raise ConversionError(f"{path} holds images, but this model takes text: give a .txt file or a text dataset.")
-    return Examples([load_image(file, path) for file in files], str(path), modality)
+            dataset = dataset["train" if "train" in dataset else next(iter(dataset))]
+        items, what = dataset_items(dataset, modality, str(path)), f"{modality} examples"
+    else:
+        files = image_files(path)
+        if not files:
+            raise ConversionError(
+                f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)}) and is not a saved dataset."
+            )
+        if modality != "image":
+            raise ConversionError(
+                f"{path} holds images, but this model takes text: give a .txt file or a text dataset."
+            )
+        items, what = (load_image(file, path) for file in files), "images"
+    first = next(items, None)
+    if first is None:
+        raise ConversionError(f"{path} holds no {what}.")
+    yield first
+    yield from items
 
 
 def is_saved_dataset(folder: Path) -> bool:
@@ -122,14 +134,8 @@ def image_files(folder: Path) -> list[Path]:
 
 
 def load_image(file: Path | Any, folder: Path) -> Any:
-    """The RGB PIL image in `file` (a path or a binary stream) of the data source `folder`."""
-    from PIL import Image
-
-    try:
-        with Image.open(file) as image:
-            return image.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as error:  # UnidentifiedImageError is an OSError
-        raise ConversionError(f"{file} is not a readable image ({error}); remove it from {folder} or fix it.") from None
+    """The RGB PIL image in `file` (a path or a binary stream) of the data source `folder` (`readers.open_image`)."""
+    return open_image(file, str(file), f"remove it from {folder} or fix it")
 
 
 def _is_dataset(data: Any) -> bool:
@@ -167,15 +173,47 @@ def dataset_column(features: dict[str, Any], modality: str, repr_name: str, colu
     return columns[0]
 
 
-def _dataset_column(dataset, modality: str, repr_name: str) -> list:
-    items = list(dataset[dataset_column(dataset.features, modality, repr_name)])
-    if modality == "image":
-        items = [item.convert("RGB") for item in items]
-    _check_items(items, modality, repr_name)
-    return items
+def dataset_items(dataset, modality: str, repr_name: str, column: str | None = None) -> Iterator[Any]:
+    """The examples of a `datasets.Dataset`'s column (`dataset_column`), one row at a time: its texts cut into windows
+    (`readers.cut_text`, after `check_text_column`), or its images read by `readers.open_image`."""
+    column = dataset_column(dataset.features, modality, repr_name, column)
+    if modality == "text":
+        check_text_column(dataset, column, repr_name)
+        for example in dataset.select_columns([column]):
+            if not isinstance(example[column], str):
+                raise ConversionError(f"{repr_name} must hold texts (str) for a text model.")
+            yield from cut_text(example[column])
+        return
+    import datasets
+
+    if not isinstance(dataset.features[column], datasets.Image):
+        raise ConversionError(f"{repr_name} must hold PIL images for a vision model.")
+    undecoded = dataset.select_columns([column]).cast_column(column, datasets.Image(decode=False))
+    for row, example in enumerate(undecoded):
+        yield stored_image(example[column], f"Image {row} of {repr_name}")
 
 
-def _check_items(items: list, modality: str, what: str) -> None:
+def check_text_column(dataset, column: str, repr_name: str) -> int:
+    """The bytes of the longest text of a column, after refusing a column that does not hold texts, or holds a text
+    larger than `readers.DOCUMENT_LIMIT` bytes (from its Arrow lengths, before any text is read)."""
+    import datasets
+    import pyarrow.compute as pc
+
+    feature = dataset.features[column]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+        raise ConversionError(f"{repr_name} must hold texts (str) for a text model (its {column!r} holds {feature}).")
+    longest = pc.max(pc.binary_length(dataset.data.column(column))).as_py() or 0
+    check_document(longest, f"{repr_name} ({column!r})")
+    return longest
+
+
+def stored_image(stored: dict, where: str) -> Any:
+    """The RGB image of a `datasets.Image(decode=False)` value (`{"bytes": ..., "path": ...}`), read by `open_image`."""
+    source = io.BytesIO(stored["bytes"]) if stored.get("bytes") is not None else stored.get("path")
+    return open_image(source, where, "remove it from the data set or fix it")
+
+
+def _check_items(items: Sequence, modality: str, what: str) -> None:
     if modality == "text" and not all(isinstance(item, str) for item in items):
         raise ConversionError(f"{what} must hold texts (str) for a text model.")
     if modality == "image" and not all(hasattr(item, "convert") for item in items):

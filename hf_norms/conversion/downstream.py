@@ -63,7 +63,7 @@ def out_of_domain_examples(data: Any, modality: str, samples: int) -> Examples:
     record it) for the packaged set of the modality, else anything `data.load_examples` takes."""
     key = PACKAGED_OOD[modality] if data == PACKAGED else packaged_key(data)
     if key is None:
-        return load_examples(data, modality).take(0, samples)
+        return load_examples(data, modality, samples)
     if key == "python_docs" and modality == "text":
         return Examples(packaged.python_docs_paragraphs(samples), f"{PACKAGED}:{key}", modality)
     if key == "digits" and modality == "image":

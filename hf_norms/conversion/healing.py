@@ -352,7 +352,7 @@ def healing_examples(
     other data in memory, at most `samples` of it."""
     evaluation, evaluation_source = _evaluation_examples(report, modality, evaluation_data)
     if not isinstance(data, DataSource):
-        return evaluation, load_examples(data, modality).take(0, samples)
+        return evaluation, load_examples(data, modality, samples)
     held_out = None
     if evaluation_source is not None and _same_path(data.data, evaluation_source):
         texts = frozenset(evaluation.items) if modality == "text" else frozenset()
@@ -369,11 +369,12 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
     """The report's evaluation examples when they can be reloaded (returns their source too), else `evaluation_data`."""
     recorded = report["evaluation"]
     if evaluation_data is not None:
-        return load_examples(evaluation_data, modality).take(0, recorded["samples"]), None
+        return load_examples(evaluation_data, modality, recorded["samples"]), None
     if recorded["data"].startswith("built-in"):
         return probe_examples(modality, recorded["samples"]), None
     if Path(recorded["data"]).exists():
-        examples = load_examples(recorded["data"], modality).take(recorded["start"], recorded["samples"])
+        examples = load_examples(recorded["data"], modality, recorded["start"] + recorded["samples"])
+        examples = examples.take(recorded["start"], recorded["samples"])
         return examples, recorded["data"]
     raise ConversionError(
         f"The conversion was evaluated on {recorded['data']!r}, which cannot be reloaded: give --eval-data."

@@ -12,7 +12,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConversionError
+from ..models.auto_registration import MODEL_CLASSES
 from ..models.norms import norm_spec
+from ..readers import read_json_object
 from .data import TOKEN_TYPES
 
 REPORT_JSON = "conversion_report.json"
@@ -21,9 +24,39 @@ REPORT_PNG = "conversion_report.png"
 STAGE_ORDER = ("naive", "calibrated", "healed", "exact")
 
 
+# The fields a report is read for (healing, fine-tuning records): name -> whether a value fits.
+REPORT_FIELDS = {
+    "source": lambda value: isinstance(value, str),
+    "source_revision": lambda value: value is None or isinstance(value, str),
+    "architecture": lambda value: isinstance(value, str) and value in MODEL_CLASSES,
+    "evaluation": lambda value: (
+        isinstance(value, dict)
+        and isinstance(value.get("data"), str)
+        and _count(value.get("start"), 0)
+        and all(_count(value.get(key), 1) for key in ("samples", "max_length"))
+    ),
+    "stages": lambda value: (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(stage, dict) and isinstance(stage.get("per_norm"), dict) for stage in value.values())
+    ),
+}
+
+
 def read_report(folder: str | Path) -> dict[str, Any]:
+    """The report in `folder` (`readers.read_json_object`), refused in one line when a field it is read for is missing
+    or of the wrong kind (`REPORT_FIELDS`)."""
     path = Path(folder) / REPORT_JSON
-    return json.loads(path.read_text())
+    fix = "restore the report `hf-norms convert` wrote, or convert again"
+    report = read_json_object(path, fix)
+    for name, fits in REPORT_FIELDS.items():
+        if not fits(report.get(name)):
+            raise ConversionError(f"{path}: its {name!r} is missing or malformed ({report.get(name)!r:.60}); {fix}.")
+    return report
+
+
+def _count(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _float64_comparison(errors: dict[str, float] | None) -> str:

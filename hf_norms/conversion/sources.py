@@ -9,7 +9,6 @@ processor. Sentence-transformers checkpoints keep their pipeline files (`modules
 from __future__ import annotations
 
 import dataclasses
-import json
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,10 +16,12 @@ import torch
 import transformers
 from torch import nn
 
+from ..errors import ConversionError, one_line
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..output_folders import copy_checkpoint_files
-from .checkpoint_io import ConversionError, SourceCheckpoint, check_model_fits, read_json_object
+from ..readers import read_json, read_json_object
+from .checkpoint_io import SourceCheckpoint, check_model_fits
 
 # source config model_type -> (family, class-name prefix of the stock classes)
 SOURCE_TYPES = {
@@ -38,6 +39,10 @@ PROCESSOR_FILES = {
     "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt"),
     "image": ("preprocessor_config.json", "processor_config.json"),
 }
+# The JSON files transformers reads a tokenizer or image processor from: each is read by `readers.read_json_object`
+# (size, nesting, an object) before transformers reads it.
+PROCESSOR_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                        "preprocessor_config.json", "processor_config.json")  # fmt: skip
 # The files a sentence-transformers model keeps beside its transformer (its modules' folders are named in modules.json)
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 DEFAULT_MAX_LENGTH = 128  # tokens per text where the source does not say at what length it is used
@@ -152,19 +157,24 @@ def load_teacher(
 
 
 def load_processor(path: Path, modality: str):
-    """The tokenizer (text) or image processor (images) saved with the checkpoint, or None when it has none.
+    """The tokenizer (text) or image processor (images) saved with the checkpoint, or None when it has none; one that
+    does not load is a `ConversionError`, never skipped.
 
     Its files are looked for first: transformers would otherwise build an empty default tokenizer for a BERT folder.
     """
-    files = PROCESSOR_FILES[modality]
-    if not any((path / name).is_file() for name in files):
+    if not any((path / name).is_file() for name in PROCESSOR_FILES[modality]):
         return None
+    kind = "tokenizer" if modality == "text" else "image processor"
+    fix = f"restore the {kind} files the checkpoint was published with, or remove them"
+    for name in PROCESSOR_JSON_FILES:
+        if (path / name).is_file():
+            read_json_object(path / name, fix)
     loader = transformers.AutoTokenizer if modality == "text" else transformers.AutoImageProcessor
     try:
         with quiet_transformers():
             return loader.from_pretrained(path)
-    except (OSError, ValueError, KeyError):
-        return None
+    except Exception as error:  # whatever its files make a loader raise (the Rust tokenizers raise plain Exceptions)
+        raise ConversionError(f"The {kind} of {path} does not load ({one_line(error)}); {fix}.") from None
 
 
 def sentence_transformers_files(folder: Path) -> list[str]:
@@ -173,11 +183,10 @@ def sentence_transformers_files(folder: Path) -> list[str]:
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return []
-    try:
-        modules = json.loads(modules_file.read_text())
-        folders = [module["path"] for module in modules if module.get("path")]
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise ConversionError(f"{modules_file} is not a sentence-transformers module list; re-download it.") from None
+    modules = read_json(modules_file, "re-download the sentence-transformers files")
+    if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
+        raise ConversionError(f"{modules_file} is not a sentence-transformers module list; re-download it.")
+    folders = [module["path"] for module in modules if isinstance(module.get("path"), str) and module["path"]]
     names = [name for name in SENTENCE_TRANSFORMERS_FILES if (folder / name).is_file()]
     return names + [path for path in folders if Path(path).name == path and (folder / path).is_dir()]
 

@@ -4,10 +4,10 @@
 
 - a `.txt` file (one text per non-empty line, stripped, as `data.load_examples` reads it), a `.jsonl` file (one JSON
   object per line; its text column), a `.parquet` file (its text or image column; a column's values as they are, but
-  empty texts are skipped), or a folder of such files (searched
-  recursively, sorted by path; one kind per folder). A text or JSONL file is read in pieces, byte ranges of at most
-  `PIECE_BYTES` that start and end at line boundaries (at least `MIN_PIECES` per file, or one per process where there
-  are more processes, down to pieces of `MIN_PIECE_BYTES`); a Parquet file by row group;
+  empty texts are skipped), or a folder of such files (searched recursively, sorted by path; one kind per folder). A
+  text or JSONL file is read in pieces, byte ranges of at most `PIECE_BYTES` (at least `MIN_PIECES` per file, or one
+  per process where there are more processes, down to pieces of `MIN_PIECE_BYTES`), each holding the lines, or the
+  windows of a long line, that start in it (`readers.file_records`); a Parquet file by row group;
 - a folder of images (each image a piece);
 - a folder saved by `datasets`' `save_to_disk` (its Arrow table memory-mapped, in up to `SAVED_DATASET_PIECES` pieces;
   `split` picks one of a `DatasetDict`);
@@ -20,6 +20,10 @@ another's part of the corpus; with fewer, every process reads the stream and kee
 `Stream.training_dataset` shuffles the shards' order and the examples in a buffer of `SHUFFLE_BUFFER` (per epoch, the
 same order in every process), then tokenises them on the fly into the windows `text_windows` makes (or encodes the
 images), so memory holds a buffer, never the corpus. `Stream.first(n)` reads the first `n` examples in order.
+
+Every source is read through the bounded readers (`hf_norms.readers`): no text is longer than `TEXT_LIMIT`
+characters (a longer line or document gives several), no JSON line longer than `DOCUMENT_LIMIT` bytes, and every image
+is checked from its header before it is decoded; so what the stream holds does not grow with one line or file.
 
 Examples the evaluation holds out (`HeldOut`) are left out: for texts, every text equal to an evaluation text; for
 an image folder or a saved data set, the evaluation's positions.
@@ -39,9 +43,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..errors import one_line
-from .checkpoint_io import ConversionError
-from .data import SPECIAL_TOKENS_MASK, Examples, dataset_column, image_files, is_saved_dataset, load_image
+from ..errors import ConversionError, one_line
+from ..readers import TEXT_LIMIT, cut_text, held_image, json_lines, text_lines
+from .data import (
+    SPECIAL_TOKENS_MASK,
+    Examples,
+    check_text_column,
+    dataset_column,
+    image_files,
+    is_saved_dataset,
+    load_image,
+    stored_image,
+)
 
 STREAMED_SUFFIXES = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
 PIECE_BYTES = 16 << 20
@@ -179,8 +192,7 @@ def _file_column(file: Path, kind: str, modality: str, column: str | None) -> st
         schema = datasets.Features.from_arrow_schema(pq.read_schema(file))
         features = {name: datasets.Image() if _holds_images(f) else f for name, f in schema.items()}
         return dataset_column(features, modality, str(file), column)
-    with open(file, "rb") as stream:
-        first = next((line for line in stream if line.strip()), b"{}")
+    first = next((line for _, line in json_lines(file)), "{}")
     try:
         example = json.loads(first)
     except ValueError as error:
@@ -224,38 +236,19 @@ def _pieces_dataset(pieces: list[tuple]):
 
 
 def _read_pieces(pieces: list[tuple]) -> Iterator[dict[str, Any]]:
-    """`{"item": example}` for every example of `pieces` (see `_file_pieces`), in order."""
+    """`{"item": example}` for every example of `pieces` (see `_file_pieces`), in order; texts through the bounded
+    readers (`hf_norms.readers`), so none is longer than `TEXT_LIMIT` characters."""
     for kind, path, begin, end, column in pieces:
         if kind == "image":
             yield {"item": load_image(Path(path), Path(path).parent)}
         elif kind == "parquet":
             yield from ({"item": item} for item in _parquet_items(Path(path), begin, column))
+        elif kind == "text":  # as `data.load_examples` reads a .txt file
+            yield from ({"item": text} for text in text_lines(Path(path), begin, end))
         else:
-            for offset, line in _lines(Path(path), begin, end):
-                if kind == "text":  # as `data.load_examples` reads a .txt file
-                    yield from ({"item": part.strip()} for part in line.splitlines() if part.strip())
-                elif line.strip() and (text := _json_text(path, offset, line, column)).strip():
-                    yield {"item": text}
-
-
-def _lines(path: Path, begin: int, end: int) -> Iterator[tuple[int, str]]:
-    """`(offset, line)` for the lines of `path` that start in bytes `[begin, end)` (a line that starts before `begin`
-    belongs to the piece before)."""
-    with open(path, "rb") as stream:
-        if begin > 0:
-            stream.seek(begin - 1)
-            stream.readline()
-        while (offset := stream.tell()) < end:
-            raw = stream.readline()
-            if not raw:
-                return
-            try:
-                yield offset, raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ConversionError(
-                    f"{path} is not UTF-8 text (byte {raw[error.start]:#04x} at offset {offset + error.start}): give "
-                    "UTF-8 text."
-                ) from None
+            for offset, line in json_lines(Path(path), begin, end):
+                if (text := _json_text(path, offset, line, column)).strip():
+                    yield from ({"item": window} for window in cut_text(text))
 
 
 def _json_text(path: str, offset: int, line: str, column: str) -> str:
@@ -271,7 +264,8 @@ def _json_text(path: str, offset: int, line: str, column: str) -> str:
 
 
 def _parquet_items(path: Path, group: int, column: str) -> Iterator[Any]:
-    """The non-empty values of `column` in row group `group`: texts, or images decoded from their bytes."""
+    """The non-empty values of `column` in row group `group`: texts (cut into windows), or images decoded from their
+    bytes."""
     import pyarrow.parquet as pq
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=ENCODE_BATCH, row_groups=[group], columns=[column]):
@@ -281,7 +275,7 @@ def _parquet_items(path: Path, group: int, column: str) -> Iterator[Any]:
             if isinstance(value, bytes):
                 yield load_image(io.BytesIO(value), path)
             elif isinstance(value, str) and value.strip():
-                yield value
+                yield from cut_text(value)
 
 
 def _saved_dataset_stream(path: Path, source: DataSource, modality: str, held_out: HeldOut | None) -> Stream:
@@ -294,6 +288,7 @@ def _saved_dataset_stream(path: Path, source: DataSource, modality: str, held_ou
             raise ConversionError(f"{path} has no split {split!r} (splits: {list(dataset)}).")
         dataset = dataset[split]
     column = dataset_column(dataset.features, modality, str(path), source.column)
+    longest = check_text_column(dataset, column, str(path)) if modality == "text" else 0
     dataset = dataset.select_columns([column]).rename_column(column, "item")
     if held_out is not None:
         end = min(held_out.start + held_out.count, len(dataset))
@@ -301,9 +296,7 @@ def _saved_dataset_stream(path: Path, source: DataSource, modality: str, held_ou
         dataset = datasets.concatenate_datasets([part for part in parts if len(part)] or parts[:1])
     size = len(dataset)
     stream = dataset.to_iterable_dataset(num_shards=max(1, min(SAVED_DATASET_PIECES, size)))
-    if modality == "image":
-        stream = stream.map(lambda example: {"item": example["item"].convert("RGB")})
-    return Stream(stream, str(path), modality, size)
+    return Stream(_bounded(stream, modality, str(path)), str(path), modality, size if longest <= TEXT_LIMIT else None)
 
 
 def _hub_stream(source: DataSource, modality: str, token: Any) -> Stream:
@@ -320,8 +313,25 @@ def _hub_stream(source: DataSource, modality: str, token: Any) -> Stream:
     except (OSError, ValueError, FileNotFoundError, StopIteration) as error:
         raise ConversionError(f"Hub dataset {description}: {one_line(error)}") from None
     column = dataset_column(features, modality, f"Hub dataset {description}", source.column)
-    dataset = dataset.select_columns([column]).rename_column(column, "item")
-    if modality == "image":
-        dataset = dataset.map(lambda example: {"item": example["item"].convert("RGB")})
+    dataset = _bounded(dataset.select_columns([column]).rename_column(column, "item"), modality, description)
     split_info = (dataset.info.splits or {}).get(split)
     return Stream(dataset, description, modality, getattr(split_info, "num_examples", None) or None)
+
+
+def _bounded(stream, modality: str, description: str):
+    """A `datasets` stream of `{"item": ...}` read through the bounded readers: texts cut into windows
+    (`readers.cut_text`); images, where the stream's features say they are `datasets.Image`, left undecoded by
+    `datasets` and read by `readers.open_image` (checked from their headers), else held by `readers.held_image`."""
+    import datasets
+
+    if modality == "text":
+        return stream.map(_cut_batch, batched=True, batch_size=ENCODE_BATCH)
+    if isinstance((stream.features or {}).get("item"), datasets.Image):
+        stream = stream.cast_column("item", datasets.Image(decode=False))
+        return stream.map(lambda example: {"item": stored_image(example["item"], f"An image of {description}")})
+    return stream.map(lambda example: {"item": held_image(example["item"], f"An image of {description}")})
+
+
+def _cut_batch(batch: dict[str, list]) -> dict[str, list]:
+    """A batch of texts as the windows `readers.cut_text` makes of them."""
+    return {"item": [window for text in batch["item"] for window in cut_text(text)]}

@@ -2,17 +2,25 @@
 which model (`ModelArguments`), which data and task (`DataArguments`) and how the output folder may be used
 (`OutputArguments`). The Trainer's own are `TrainingArguments`.
 
+The values that need no model or data to be judged (batch sizes, counts, rates: `CHECKED_VALUES`) are checked by
+`check_values` before anything is read or created, and by the command line (`check_command_line`) before transformers
+is even imported.
+
 This module imports neither torch, transformers nor datasets, so that `hf-norms finetune --help` can render these
-options at once.
+options at once, and a wrong value is refused at once.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from ..errors import InputError
 from ..models.norm_registry import NORM_NAMES
+from ..readers import read_json
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
 
@@ -130,3 +138,80 @@ class OutputArguments:
             "is replaced; a folder holding files with the names a run writes is refused)."
         },
     )
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# Options of `finetune` (its own and the Trainer's) whose values are judged alone: name -> (the type a command line
+# value is read as, whether a value is good, what it must be). None is good where an option may be unset.
+COUNT_OPTIONS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                 "max_seq_length", "max_train_samples", "max_eval_samples", "num_labels")  # fmt: skip
+CHECKED_VALUES: dict[str, tuple[type, Callable[[Any], bool], str]] = {
+    **{name: (int, lambda value: _integer(value) and value >= 1, "a positive integer") for name in COUNT_OPTIONS},
+    "max_steps": (
+        int,
+        lambda value: _integer(value) and (value >= 1 or value == -1),
+        ">= 1, or -1 to train num_train_epochs epochs",
+    ),
+    "learning_rate": (float, lambda value: _number(value) and value > 0, "a finite number > 0"),
+    "eval_fraction": (float, lambda value: _number(value) and 0 <= value < 1, "a fraction in [0, 1)"),
+    "mlm_probability": (float, lambda value: _number(value) and 0 < value < 1, "a probability in (0, 1)"),
+}
+
+
+def check_values(values: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a value of `CHECKED_VALUES` that is not good (others in `values` are not judged here)."""
+    for name, value in values.items():
+        if name in CHECKED_VALUES and value is not None and not CHECKED_VALUES[name][1](value):
+            raise FinetuneInputError(f"{name} must be {CHECKED_VALUES[name][2]}, got {value!r}.")
+
+
+def arguments_file(argv: list[str]) -> Path | None:
+    """The one `.json` or `.yaml` file of options that `argv` gives instead of options, or None."""
+    return Path(argv[0]) if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")) else None
+
+
+def read_arguments_file(path: Path) -> dict[str, Any]:
+    """The options in a `.json` or `.yaml` file, read by `readers.read_json` (size and nesting bounded)."""
+    fix = "give a file of options, as `hf-norms finetune --help` lists them"
+    options = read_json(path, fix) if path.suffix == ".json" else read_json(path, fix, _yaml, "YAML")
+    if not isinstance(options, dict):
+        raise FinetuneInputError(f"{path} holds a {type(options).__name__}, not a mapping of options; {fix}.")
+    return options
+
+
+def _yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(" ".join(str(error).split())) from None
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Check the `CHECKED_VALUES` that `argv` (the arguments of `hf-norms finetune`, or one file of them) gives, before
+    transformers is imported: `--name value` or `--name=value`, in either spelling, the last one counting."""
+    path = arguments_file(argv)
+    if path is not None:
+        check_values(read_arguments_file(path))
+        return
+    values = {}
+    for index, argument in enumerate(argv):
+        name, _, text = argument.removeprefix("--").partition("=")
+        name = name.replace("-", "_")
+        if not argument.startswith("--") or name not in CHECKED_VALUES:
+            continue
+        text = text if "=" in argument else (argv[index + 1] if index + 1 < len(argv) else "")
+        kind, _, what = CHECKED_VALUES[name]
+        try:
+            values[name] = kind(text)
+        except ValueError:
+            raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
+    check_values(values)

@@ -26,6 +26,7 @@ from PIL import Image
 
 from .. import packaged
 from ..errors import one_line
+from ..readers import TEXT_LIMIT, check_pixels, opened_image
 from .arguments import FinetuneInputError
 
 PACKAGED_PREFIX = "packaged:"
@@ -324,18 +325,21 @@ def validate_image_column(
 
 
 def check_images_readable(dataset: datasets.Dataset, column: str, split: str) -> None:
-    """Every image of the column opens and passes PIL's integrity check (`Image.verify`, which reads the file's
-    structure without decoding every pixel), so a corrupt file stops the run before training, naming its row."""
-    for row, stored in enumerate(dataset.cast_column(column, datasets.Image(decode=False))[column]):
+    """Every image of the column opens, has at most `readers.IMAGE_PIXELS` pixels (from its header) and passes PIL's
+    integrity check (`Image.verify`, which reads the file's structure without decoding every pixel), so a corrupt or
+    oversized file stops the run before training, naming its row."""
+    undecoded = dataset.select_columns([column]).cast_column(column, datasets.Image(decode=False))
+    for row, example in enumerate(undecoded):
+        stored = example[column]
         source = io.BytesIO(stored["bytes"]) if stored.get("bytes") is not None else stored.get("path")
+        where = f"Image {row} of the {split} data" + (f" ({stored['path']})" if stored.get("path") else "")
         try:
-            with Image.open(source) as image:
+            with opened_image(source) as image:
+                size = image.size
                 image.verify()
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
-            where = f" ({stored['path']})" if stored.get("path") else ""
-            raise FinetuneInputError(
-                f"Image {row} of the {split} data{where} is not a readable image ({error}); remove or fix it."
-            ) from None
+            raise FinetuneInputError(f"{where} is not a readable image ({error}); remove or fix it.") from None
+        check_pixels(size, where)
 
 
 def check_batch_norm_batches(num_examples: int, batch_size: int, world_size: int, num_prefix_tokens: int) -> None:
@@ -391,6 +395,9 @@ class ImageClassificationTransform:
 class TextTransform:
     """`Dataset.with_transform` function: raw rows -> token ids (truncated, padded later by the collator) [+ labels].
 
+    Each text is cut to its first `readers.TEXT_LIMIT` characters before it is tokenised: more than the tokens kept
+    (`max_length`, at most the model's positions), so the ids are the same, and a huge row costs no more than another.
+
     `text_pair_column` adds a second segment (sentence-pair tasks); `label_column` None gives no labels (masked LM,
     whose collator makes them).
     """
@@ -402,10 +409,11 @@ class TextTransform:
     text_pair_column: str | None = None
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
-        pairs = batch[self.text_pair_column] if self.text_pair_column else None
+        texts = [text[:TEXT_LIMIT] for text in batch[self.text_column]]  # the tokenizer reads no more than it keeps
+        pairs = [text[:TEXT_LIMIT] for text in batch[self.text_pair_column]] if self.text_pair_column else None
         encoded = dict(
             self.tokenizer(
-                batch[self.text_column],
+                texts,
                 pairs,
                 truncation=True,
                 max_length=self.max_length,

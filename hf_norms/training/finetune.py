@@ -67,13 +67,21 @@ from ..conversion.checkpoint_io import (
     set_aside_newer_checkpoints,
     trainer_checkpoints,
 )
-from ..conversion.sources import copy_sentence_transformers_files, sentence_transformers_files
+from ..conversion.sources import copy_sentence_transformers_files, load_processor, sentence_transformers_files
 from ..errors import handled_errors, require_type
 from ..hub.model_card import create_trainer_model_card
 from ..hub.redaction import redacted_output, tokens_redacted
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder
-from .arguments import DataArguments, ModelArguments, OutputArguments
+from .arguments import (
+    CHECKED_VALUES,
+    DataArguments,
+    ModelArguments,
+    OutputArguments,
+    arguments_file,
+    check_values,
+    read_arguments_file,
+)
 from .data import (
     FinetuneInputError,
     ImageClassificationTransform,
@@ -126,7 +134,7 @@ def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) 
     """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]."""
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source is not None and (model_args.image_processor_name or _has_file(source, "preprocessor_config.json")):
-        return AutoImageProcessor.from_pretrained(source, token=model_args.token)
+        return _processor(source, "image", model_args.token)
     size = config.image_size
     return ViTImageProcessorPil(
         size={"height": size, "width": size},
@@ -145,18 +153,32 @@ def build_tokenizer(model_args: ModelArguments) -> Any:
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source is None:
         raise FinetuneInputError("A BERT trained from scratch needs a tokenizer: pass --tokenizer_name.")
-    return AutoTokenizer.from_pretrained(source, token=model_args.token)
+    return _processor(source, "text", model_args.token)
 
 
-def prepare_training_arguments(training_args: TrainingArguments) -> None:
-    """Refuse step counts that the Trainer would silently reinterpret (`max_steps=0` means "train the epochs"), and keep
-    the raw columns: hf-norms prepares each batch's model inputs from them."""
-    if training_args.max_steps == 0 or training_args.max_steps < -1:
-        raise FinetuneInputError(
-            f"max_steps must be >= 1, or -1 to train num_train_epochs epochs; got {training_args.max_steps}."
+def _processor(source: str, modality: str, token: str | None) -> Any:
+    """The tokenizer or image processor of a Hub id, or of a local folder as a conversion reads it
+    (`sources.load_processor`: its JSON files through the bounded reader, one line when it does not load)."""
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        return (AutoTokenizer if modality == "text" else AutoImageProcessor).from_pretrained(source, token=token)
+    processor = load_processor(folder, modality)
+    if processor is None:
+        kind, option = (
+            ("tokenizer", "--tokenizer_name") if modality == "text" else ("image processor", "--image_processor_name")
         )
-    if not training_args.learning_rate > 0 or training_args.learning_rate == float("inf"):
-        raise FinetuneInputError(f"learning_rate must be a finite number > 0, got {training_args.learning_rate}.")
+        raise FinetuneInputError(f"{folder} holds no {kind} files; give one with {option}.")
+    return processor
+
+
+def prepare_training_arguments(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments
+) -> None:
+    """Refuse a batch size, count or rate that is wrong on its own (`arguments.check_values`: the Trainer would
+    silently reinterpret `max_steps=0` as "train the epochs", and fail on a batch size of 0 only once it is training),
+    and keep the raw columns: hf-norms prepares each batch's model inputs from them."""
+    check_values({name: getattr(args, name) for args in (model_args, data_args, training_args)
+                  for name in CHECKED_VALUES if hasattr(args, name)})  # fmt: skip
     if training_args.remove_unused_columns:
         logger.info("Setting remove_unused_columns=False: batches are built from the raw columns.")
         training_args.remove_unused_columns = False
@@ -307,7 +329,7 @@ def finetune(
     for name, value, kind in (("model_args", model_args, ModelArguments), ("data_args", data_args, DataArguments),
                               ("training_args", training_args, TrainingArguments)):  # fmt: skip
         require_type(name, value, kind, f"a {kind.__name__}")
-    prepare_training_arguments(training_args)
+    prepare_training_arguments(model_args, data_args, training_args)
     output = output_folder(model_args, data_args, training_args, overwrite_output_dir)
     source = Path(model_args.model_name_or_path or "")
     if model_args.model_name_or_path is not None and source.is_dir():
@@ -421,6 +443,20 @@ def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
     return FinetuneArgumentParser(ARGUMENT_CLASSES, **parser_options)
 
 
+def parsed_arguments(parser: HfArgumentParser, argv: list[str]) -> list:
+    """The argument dataclasses of `argv` (options, or one `.json` / `.yaml` file of them); the `ValueError` of a
+    dataclass that refuses its values (an unknown key, `TrainingArguments`' own checks) is an input error."""
+    try:
+        if (path := arguments_file(argv)) is not None:
+            return list(parser.parse_dict(read_arguments_file(path)))
+        *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    except ValueError as error:
+        raise FinetuneInputError(str(error)) from None
+    if unknown:
+        raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
+    return arguments
+
+
 def main(argv: list[str] | None = None) -> int:
     """`hf-norms finetune ...` and `python -m hf_norms.training.finetune ...` (what torchrun and accelerate launch):
     ModelArguments, DataArguments and TrainingArguments options, or one .json/.yaml file of them. Input errors are one
@@ -428,15 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_argument_parser(prog="hf-norms finetune", description=__doc__.split("\n\n")[0])
     with redacted_output(argv), handled_errors("hf-norms finetune") as outcome:
-        if len(argv) == 1 and argv[0].endswith(".json"):
-            arguments = parser.parse_json_file(argv[0])
-        elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-            arguments = parser.parse_yaml_file(argv[0])
-        else:
-            *arguments, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
-            if unknown:
-                raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
-        model_args, data_args, output_args, training_args = arguments
+        model_args, data_args, output_args, training_args = parsed_arguments(parser, argv)
         with tokens_redacted(model_args.token, training_args.hub_token, get_token()):
             finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
     return outcome.status

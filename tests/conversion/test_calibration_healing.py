@@ -82,6 +82,45 @@ def test_load_examples_from_every_kind_of_source(tmp_path):
         load_examples(["x"], "image")
 
 
+def test_examples_are_read_only_as_far_as_asked_and_held_bounded(tmp_path):
+    """`load_examples` reads the first `count` examples (a broken image after them is never opened), cuts a long text
+    of a list or a data set into windows of `TEXT_LIMIT` characters, and holds a large image reduced by an integer
+    factor to at most `HELD_PIXELS` (3000 x 2000 -> 1500 x 1000)."""
+    import datasets
+    from PIL import Image
+
+    from hf_norms.readers import HELD_PIXELS, TEXT_LIMIT
+
+    images = save_images(tmp_path / "images", 2)
+    (images / "zz-broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+    assert len(load_examples(images, "image", 2)) == 2
+    with pytest.raises(ConversionError, match=r"zz-broken\.png is not a readable image"):
+        load_examples(images, "image")
+    (images / "zz-broken.png").unlink()
+    Image.new("RGB", (3000, 2000), (200, 40, 40)).save(images / "large.png")
+    assert [image.size for image in load_examples(images, "image").items] == [(32, 32), (32, 32), (1500, 1000)]
+    assert 1500 * 1000 <= HELD_PIXELS < 3000 * 2000
+    long = "x" * (2 * TEXT_LIMIT + 5)
+    assert [len(text) for text in load_examples(["short", long], "text").items] == [5, TEXT_LIMIT, TEXT_LIMIT, 5]
+    assert load_examples(["short", long], "text", 2).items == ["short", "x" * TEXT_LIMIT]
+    datasets.Dataset.from_dict({"text": [long, "last"]}).save_to_disk(tmp_path / "saved")
+    assert [len(text) for text in load_examples(tmp_path / "saved", "text").items] == [TEXT_LIMIT, TEXT_LIMIT, 5, 4]
+
+
+def test_a_long_line_calibrates_on_the_windows_it_is_cut_into(tiny_bert_dir, tmp_path):
+    """Calibration data of a short line, a line of 20 MB and a short line: the first 4 examples (the short line and
+    three windows of the long one) calibrate and the next 4 evaluate; the file is read no further. (It used to be
+    read whole, and hold only 3 examples.)"""
+    path = tmp_path / "data.txt"
+    path.write_text("a first text\n" + "word " * 4_000_000 + "\nlast\n")
+    report = convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=path, calibration_samples=4,
+                     evaluation_samples=4, max_length=32)  # fmt: skip
+    assert report["calibration"]["samples"] == 4
+    assert {key: report["evaluation"][key] for key in ("data", "start", "samples")} == {
+        "data": str(path), "start": 4, "samples": 4
+    }  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def news_files(tmp_path_factory):
     """Real BBC News texts, one per line: a calibration/evaluation file and a disjoint healing file."""

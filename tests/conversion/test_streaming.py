@@ -4,12 +4,16 @@ columns chosen or named; a Hub dataset id read through the loopback Hub; and a h
 
 from __future__ import annotations
 
+import hashlib
 import io
+import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 
 import datasets
 import pyarrow as pa
@@ -26,6 +30,7 @@ from hf_norms.conversion.data import load_examples
 from hf_norms.conversion.report import REPORT_JSON
 from hf_norms.conversion.streaming import DataSource, HeldOut, open_stream
 from hf_norms.hub.server import HubServer
+from hf_norms.readers import TEXT_LIMIT, file_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -156,6 +161,61 @@ def test_accelerate_gives_each_process_its_own_pieces(corpus, minilm_dir):
         assert prepared.dataset.n_shards == streaming.MIN_PIECES // 2
         windows.append([json.dumps(window) for batch in prepared for window in batch])
     assert sorted(windows[0] + windows[1]) == sorted(map(json.dumps, dataset)) and not set(windows[0]) & set(windows[1])
+
+
+def test_a_line_of_20_mb_is_read_in_windows_holding_a_window_at_a_time(tmp_path):
+    """One line of 20 MB (with two-byte characters) between two short ones: streamed in 16 pieces, it comes as windows
+    of at most `TEXT_LIMIT` bytes whose text is the line's, the same windows a whole read gives; the reading holds a
+    few windows at a time (Python's allocations), not the line."""
+    line = "abcd\u00e9" * 4_000_000
+    path = tmp_path / "long.txt"
+    path.write_text(f"first\n{line}\nlast\n")
+    stream = open_stream(DataSource(path), "text", processes=4)
+    assert stream.dataset.n_shards == 16
+    tracemalloc.start()
+    digest, sizes = hashlib.sha256(), []
+    for example in stream.dataset:
+        digest.update(example["item"].encode())
+        sizes.append(len(example["item"].encode()))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(line.encode()) == 24_000_000 and peak < 4_000_000
+    assert digest.hexdigest() == hashlib.sha256(f"first{line}last".encode()).hexdigest()
+    cuts = (len("first\n") + len(line.encode())) // TEXT_LIMIT  # the multiples of TEXT_LIMIT inside the line
+    assert sizes[0] == 5 and sizes[-1] == 4 and len(sizes) == 2 + cuts + 1 and max(sizes) <= TEXT_LIMIT + 3
+    assert [len(text.encode()) for text in load_examples(path, "text").items] == sizes
+    tracemalloc.start()
+    assert len(load_examples(path, "text", 3).items[2]) > 0  # the first three examples: the line's first two windows
+    assert tracemalloc.get_traced_memory()[1] < 1_000_000
+    tracemalloc.stop()
+
+
+def test_the_cuts_of_long_lines_depend_on_the_file_alone(tmp_path):
+    """`readers.file_records` on random files of short and long lines with one-, two-, three- and four-byte characters
+    (with a limit of 8 bytes): the records tile the file (newlines between them where lines end), a line of at most 8
+    bytes is one whole record, no record is longer than 8 + 3 bytes or cut inside a character, and reading any split of
+    the file into byte ranges gives the same records as reading it whole."""
+    generator = random.Random(0)
+    characters = ["a", "b", " ", "\u00e9", "\u20ac", "\U0001f600"]
+    for _ in range(300):
+        lines = ["".join(generator.choices(characters, k=generator.choice([0, 1, 3, 7, 8, 9, 16, 17, 40])))
+                 for _ in range(generator.randint(1, 8))]  # fmt: skip
+        data = "\n".join(lines).encode() + generator.choice([b"", b"\n"])
+        path = tmp_path / "records.txt"
+        path.write_bytes(data)
+        records = list(file_records(path, limit=8))
+        position = 0
+        for offset, raw, _ in records:
+            assert offset == position and data[offset : offset + len(raw)] == raw and len(raw) <= 11
+            raw.decode("utf-8")
+            position = offset + len(raw) + (data[offset + len(raw) : offset + len(raw) + 1] == b"\n")
+        assert position == len(data)
+        whole = {raw for _, raw, is_whole in records if is_whole}
+        assert {line.encode() for line in lines if len(line.encode()) <= 8} - {b""} <= whole
+        bounds = sorted({0, len(data), *generator.sample(range(len(data) + 1), min(4, len(data) + 1))})
+        pieces = [record for begin, end in itertools.pairwise(bounds)
+                  for record in file_records(path, begin, end, limit=8)]  # fmt: skip
+        assert pieces == records
 
 
 HUB_SCRIPT = """

@@ -211,3 +211,124 @@ def test_wrong_types_in_the_python_api_are_type_errors_with_one_line(tiny_vit_di
             call()
         assert isinstance(raised.value, TypeError) and "\n" not in str(raised.value)
     assert not (tmp_path / "o").exists()
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def with_field(text: str, field: str) -> str:
+    """A JSON object's text with one more field (given as `"name": value`)."""
+    return text.rstrip()[:-1] + f", {field}}}"
+
+
+# Files of a sentence-transformers checkpoint made unreadable: name -> (file, its new text from the old, what stderr says).
+BROKEN_FILES = {
+    "tokenizer-truncated": ("tokenizer.json", lambda text: text[: len(text) // 2], "tokenizer.json is not valid JSON"),
+    "tokenizer-config-a-list": ("tokenizer_config.json", lambda text: "[1, 2]", "holds a JSON list, not an object"),
+    "tokenizer-config-200k-deep": (
+        "tokenizer_config.json",
+        lambda text: with_field(text, f'"deep": {nested(200_000)}'),
+        "tokenizer_config.json is nested too deeply",
+    ),
+    "config-200k-deep": (
+        "config.json",
+        lambda text: with_field(text, f'"deep": {nested(200_000)}'),
+        "nested too deeply",
+    ),
+    "config-65-deep": ("config.json", lambda text: with_field(text, f'"deep": {nested(65)}'), "more than 64 levels"),
+    "config-over-64-mb": (
+        "config.json",
+        lambda text: with_field(text, '"padding": "' + "x" * (1 << 26) + '"'),
+        "config.json is larger than 67108864 bytes",
+    ),
+    "modules-200k-deep": ("modules.json", lambda text: nested(200_000), "modules.json is nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_FILES))
+def test_a_json_file_of_the_source_that_does_not_read_is_one_line_and_nothing_is_written(
+    case, tiny_bert_dir, minilm_dir, tmp_path, capsys
+):
+    """Every JSON file hf-norms or the tokenizer reads from the source goes through one bounded reader (size, nesting,
+    an object where one is needed): a truncated tokenizer.json is refused, not skipped (the conversion used to succeed
+    without a tokenizer), and a list or a deep nest is one line, not an AttributeError or a RecursionError."""
+    from conftest import tiny_sentence_transformer
+
+    source = tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "source")
+    name, edit, expected = BROKEN_FILES[case]
+    (source / name).write_text(edit((source / name).read_text()))
+    before = tree_digest(source)
+    status, err = run(["convert", str(source), "--norm-type", "dtn", "--output", str(tmp_path / "out")], capsys)
+    assert_refused(status, err, expected)
+    assert tree_digest(source) == before and sorted(p.name for p in tmp_path.iterdir()) == ["source"]
+
+
+def test_a_broken_conversion_report_is_one_line_before_healing_starts(tiny_bert_dir, tmp_path, capsys):
+    converted = tmp_path / "converted"
+    assert run(["convert", str(tiny_bert_dir), "--norm-type", "dtn", "--output", str(converted)], capsys)[0] == 0
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one text\nanother text\n")
+    report = json.loads((converted / "conversion_report.json").read_text())
+    cases = {
+        "its 'evaluation' is missing or malformed": {**report, "evaluation": None},
+        "its 'architecture' is missing or malformed": {**report, "architecture": "GPT2Model"},
+        "conversion_report.json is nested too deeply": {**report, "deep": json.loads(nested(70))},
+        "holds a JSON list, not an object": [report],
+    }
+    for expected, broken in cases.items():
+        (converted / "conversion_report.json").write_text(json.dumps(broken))
+        before = tree_digest(tmp_path)
+        status, err = run(["heal", str(converted), "--data", str(texts), "--max-steps", "1"], capsys)
+        assert_refused(status, err, expected)
+        assert tree_digest(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == [
+            "converted",
+            "texts.txt",
+        ]
+
+
+def image_bomb(path: Path, side: int = 13000) -> Path:
+    """A PNG of `side` x `side` black pixels: 20 KB on disk, 507 MB as RGB."""
+    from PIL import Image
+
+    Image.new("1", (side, side)).save(path)
+    return path
+
+
+def test_an_image_of_too_many_pixels_is_refused_from_its_header(tiny_vit_dir, tmp_path, capsys):
+    """A 13000 x 13000 PNG among calibration images (and in a fine-tuning imagefolder): one line naming it, from its
+    header, without PIL's raw DecompressionBombWarning, before anything is decoded or written."""
+    images = save_images(tmp_path / "images", 3)
+    image_bomb(images / "bomb.png")
+    before = tree_digest(images)
+    started = time.perf_counter()
+    status, err = run(["convert", str(tiny_vit_dir), "--norm-type", "dyt", "--calibration-data", str(images),
+                       "--output", str(tmp_path / "out")], capsys)  # fmt: skip
+    assert_refused(status, err, "bomb.png is an image of 13000 x 13000 pixels, more than the 67,108,864")
+    assert time.perf_counter() - started < 20 and "Warning" not in err
+    assert tree_digest(images) == before and not (tmp_path / "out").exists()
+    folder = tmp_path / "photos"
+    for label in ("cats", "dogs"):
+        save_images(folder / label, 3)
+    image_bomb(folder / "dogs" / "z.png")
+    status, err = run(["finetune", "--model_type", "vit_norm", "--config_overrides",
+                       "image_size=32,patch_size=8,hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
+                       "intermediate_size=32", "--dataset", str(folder), "--output_dir", str(tmp_path / "ft"),
+                       "--use_cpu", "--max_steps", "1"], capsys)  # fmt: skip
+    assert_refused(status, err, "z.png) is an image of 13000 x 13000 pixels")
+    assert not (tmp_path / "ft").exists() and "Warning" not in err
+
+
+def test_a_tokenizer_that_does_not_load_stops_fine_tuning_in_one_line(tiny_bert_dir, tmp_path, capsys):
+    """The checkpoint's tokenizer is read as a conversion reads it: a truncated tokenizer.json is refused before the
+    output folder is made, not skipped for another tokenizer file."""
+    source = edited_copy(tiny_bert_dir, tmp_path / "source")
+    text = (source / "tokenizer.json").read_text()
+    (source / "tokenizer.json").write_text(text[: len(text) // 2])
+    data = tmp_path / "news.csv"
+    data.write_text("text,label\n" + "".join(f"text number {i},{i % 2}\n" for i in range(8)))
+    before = tree_digest(source)
+    status, err = run(["finetune", "--model_name_or_path", str(source), "--dataset", str(data), "--max_seq_length",
+                       "16", "--max_steps", "1", "--output_dir", str(tmp_path / "out"), "--use_cpu"], capsys)  # fmt: skip
+    assert_refused(status, err, "tokenizer.json is not valid JSON")
+    assert tree_digest(source) == before and not (tmp_path / "out").exists()

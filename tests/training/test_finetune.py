@@ -12,6 +12,8 @@ import json
 import math
 import os
 import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -707,3 +709,103 @@ def test_a_dropout_override_no_model_trains_with_is_refused_before_training(valu
         tmp_path / "out",
         r"--config_overrides: hidden_dropout_prob must be a probability",
     )
+
+
+WRONG_VALUES = {  # option -> (a wrong value, what stderr says)
+    "per_device_train_batch_size": ("0", "per_device_train_batch_size must be a positive integer, got 0."),
+    "per_device_eval_batch_size": ("-2", "per_device_eval_batch_size must be a positive integer, got -2."),
+    "gradient_accumulation_steps": ("0", "gradient_accumulation_steps must be a positive integer, got 0."),
+    "max_seq_length": ("many", "max_seq_length must be a positive integer, got 'many'."),
+    "max_steps": ("0", "max_steps must be >= 1, or -1 to train num_train_epochs epochs, got 0."),
+    "mlm_probability": ("1.5", "mlm_probability must be a probability in (0, 1), got 1.5."),
+}
+
+
+def test_wrong_counts_and_rates_are_one_line_before_transformers_is_imported(minilm_dir, tmp_path):
+    """`hf-norms finetune --per_device_train_batch_size 0` (in either spelling, or in an options file) is refused in one
+    line, exit status 2, before torch, transformers or datasets are imported and before --output_dir exists: it used
+    to fail in the Trainer's data loader 11 s later, with an empty output folder left behind."""
+    command = ["--model_name_or_path", str(minilm_dir), "--dataset", "packaged:bbc-news", "--output_dir",
+               str(tmp_path / "out"), "--use_cpu"]  # fmt: skip
+    code = (
+        "import json, sys\n"
+        "sys.argv = ['hf-norms']\n"  # as the console script runs it: `import hf_norms` imports nothing heavy
+        "from hf_norms import cli\n"
+        "status = cli.main(json.loads(sys.stdin.read()))\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules)))\n"
+        "sys.exit(status)\n"
+    )
+    (tmp_path / "options.json").write_text(json.dumps({"per_device_train_batch_size": 0, "output_dir": "o"}))
+    (tmp_path / "options.yaml").write_text("output_dir: o\nmax_steps: 0\n")
+    cases = [(["finetune", *command, f"--{name}", value], said) for name, (value, said) in WRONG_VALUES.items()]
+    cases += [
+        (["finetune", *command, "--per-device-train-batch-size=0"], WRONG_VALUES["per_device_train_batch_size"][1]),
+        (["finetune", str(tmp_path / "options.json")], WRONG_VALUES["per_device_train_batch_size"][1]),
+        (["finetune", str(tmp_path / "options.yaml")], WRONG_VALUES["max_steps"][1]),
+    ]
+    for argv, said in cases:
+        result = subprocess.run(
+            [sys.executable, "-c", code], input=json.dumps(argv), capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 2 and result.stderr == f"hf-norms finetune: error: {said}\n", result.stderr
+        assert json.loads(result.stdout) == [] and not (tmp_path / "out").exists()
+
+
+def test_a_wrong_batch_size_in_the_python_api_fails_before_the_output_folder_is_made(minilm_dir, tmp_path):
+    model_args = ModelArguments(model_name_or_path=str(minilm_dir))
+    for wrong in ({"per_device_train_batch_size": 0}, {"gradient_accumulation_steps": 0}):
+        with pytest.raises(FinetuneInputError, match=f"{next(iter(wrong))} must be a positive integer, got 0"):
+            finetune(model_args, text_data("packaged:bbc-news"), training_args(tmp_path / "out", **wrong))
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(FinetuneInputError, match="max_eval_samples must be a positive integer, got 0"):
+        finetune(model_args, DataArguments(dataset="packaged:bbc-news", max_eval_samples=0),
+                 training_args(tmp_path / "out"))  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+# YAML whose aliases make 10**12 leaves from 120 of them: read (and walked for its depth) in moments.
+ALIAS_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 12)
+)
+
+
+def test_an_options_file_that_does_not_read_is_one_line(tmp_path, capsys):
+    files = {
+        "deep.json": ("[" * 100_000 + "]" * 100_000, "deep.json is nested too deeply"),
+        "list.json": ("[1, 2]", "list.json holds a list, not a mapping of options"),
+        "broken.yaml": ("output_dir: [", "broken.yaml is not valid YAML"),
+        "aliases.yaml": (ALIAS_BOMB, "Give exactly one of model_name_or_path"),
+    }
+    for name, (text, said) in files.items():
+        (tmp_path / name).write_text(text)
+        started = time.perf_counter()
+        assert cli.main(["finetune", str(tmp_path / name)]) == 2 and time.perf_counter() - started < 10
+        err = capsys.readouterr().err
+        assert err.startswith("hf-norms finetune: error: ") and said in err and err.count("\n") == 1, err
+    # TrainingArguments refusing a combination is an input error too (exit status 2, it used to be 1)
+    assert cli.main(["finetune", "--model_type", "vit_norm", "--output_dir", str(tmp_path / "out"),
+                     "--load_best_model_at_end", "--eval_strategy", "no"]) == 2  # fmt: skip
+    assert "--load_best_model_at_end requires the save and eval strategy to match" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_text_is_cut_to_what_the_tokenizer_keeps_before_it_is_tokenised(minilm_dir):
+    """A row of 3 MB gives the ids of its first `max_length` tokens, and the tokenizer is handed at most
+    `readers.TEXT_LIMIT` characters of it."""
+    from transformers import AutoTokenizer
+
+    from hf_norms.readers import TEXT_LIMIT
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    handed = []
+
+    def recording(texts, pairs=None, **options):
+        handed.extend(len(text) for text in [*texts, *(pairs or [])])
+        return tokenizer(texts, pairs, **options)
+
+    text = "The market rose again. " * 130_000
+    transform = data_module.TextTransform(recording, "text", 64, label_column="label", text_pair_column="pair")
+    encoded = transform({"text": [text, "short"], "pair": ["a pair", text], "label": [0, 1]})
+    expected = tokenizer([text, "short"], ["a pair", text], truncation=True, max_length=64)
+    assert encoded["input_ids"] == expected["input_ids"] and encoded["labels"] == [0, 1]
+    assert len(text) > 90 * TEXT_LIMIT and max(handed) == TEXT_LIMIT
