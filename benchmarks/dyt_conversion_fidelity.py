@@ -18,6 +18,7 @@ Prints Markdown tables and writes `results.json` into the work folder.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -29,10 +30,11 @@ import torch
 from PIL import Image
 
 from hf_norms import packaged
+from hf_norms.conversion.arguments import HealArguments
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.data import encode_batches, load_examples
 from hf_norms.conversion.fidelity import pooled
-from hf_norms.conversion.healing import COSINE_WEIGHT, HIDDEN_STATE_WEIGHT, heal
+from hf_norms.conversion.healing import heal
 from hf_norms.conversion.sources import load_processor
 
 EXACT_TYPES = ("sepnorm", "dtn", "lape")
@@ -203,8 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heal-samples", type=int, default=2048)
     parser.add_argument("--heal-learning-rate", type=float, default=2e-4)
     parser.add_argument("--heal-bf16", action="store_true", help="heal under bfloat16 autocast")
-    parser.add_argument("--cosine-weight", type=float, default=COSINE_WEIGHT)
-    parser.add_argument("--hidden-state-weight", type=float, default=HIDDEN_STATE_WEIGHT)
+    defaults = {field.name: field.default for field in dataclasses.fields(HealArguments)}
+    parser.add_argument("--cosine-weight", type=float, default=defaults["cosine_weight"])
+    parser.add_argument("--hidden-state-weight", type=float, default=defaults["hidden_state_weight"])
     parser.add_argument("--norm-type", default="dyt", choices=["dyt", "derf"])
     parser.add_argument("--keep-layernorm", help="encoder layers that keep LayerNorm, e.g. 4,5")
     parser.add_argument("--skip-exact", action="store_true", help="skip the exact sepnorm/dtn/lape conversions")

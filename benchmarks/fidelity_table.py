@@ -28,7 +28,7 @@ from PIL import Image
 
 from hf_norms import packaged
 from hf_norms.conversion.convert import convert_model
-from hf_norms.conversion.downstream import PACKAGED, DownstreamChecks
+from hf_norms.conversion.downstream import PACKAGED, CheckData, DownstreamChecks
 from hf_norms.models.norms import NORM_TYPES
 
 MODELS = ("minilm", "dinov2")
@@ -55,8 +55,8 @@ def measure_model(name: str, norm_types: list[str], args: argparse.Namespace) ->
     teacher, processor, calibration, evaluation, in_domain = model_data(name, args.calibration_samples,
                                                                         args.evaluation_samples)  # fmt: skip
     modality = "text" if name == "minilm" else "image"
-    checks = DownstreamChecks.load(processor, modality, PACKAGED, args.ood_samples, PACKAGED, args.probe_samples,
-                                   batch_size=16, max_length=args.max_length)  # fmt: skip
+    data = CheckData(PACKAGED, args.ood_samples, PACKAGED, args.probe_samples)
+    checks = DownstreamChecks.load(processor, modality, data, batch_size=16, max_length=args.max_length)
     rows = []
     for norm_type in norm_types:
         started = time.perf_counter()

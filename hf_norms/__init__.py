@@ -1,19 +1,18 @@
-"""hf-norms: DyT, Derf, DTN, SepNorm and LaPE normalization for Hugging Face ViT, DeiT, DINOv2 and BERT models.
+"""hf-norms: DyT, Derf, DTN, SepNorm, LaPE and RMSNorm normalization for Hugging Face ViT, DeiT, DINOv2 and BERT.
 
 Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig`
 and every matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed,
-their default PEFT target modules. The names below are the public API;
-each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) when first used.
+their default PEFT target modules: as soon as transformers (peft) is imported, or at once when it already is. The names
+below are the public API; each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) when first
+used, and so is every registered norm's layer class (`hf_norms.RMSNorm`).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 from typing import Any
 
-from .moved_modules import install_moved_module_finder
+from .import_hooks import install_moved_module_finder, when_imported
 from .version import VERSION
 
 __version__ = VERSION
@@ -73,17 +72,18 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *PUBLIC_NAMES})
 
 
-def _imported_by_the_command_line() -> bool:
-    """Whether the `hf-norms` console script is the program importing this package."""
-    program = (getattr(sys, "argv", None) or [""])[0]
-    return Path(program).name.removesuffix(".exe") == "hf-norms"
+def register_with_transformers() -> None:
+    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for)."""
+    __getattr__("register_auto_classes")()
+
+
+def register_with_peft() -> None:
+    """Register the hf-norms model types' default PEFT target modules."""
+    __getattr__("register_peft_defaults")()
 
 
 install_moved_module_finder()
-# Importing the package must register the Auto classes (and PEFT's defaults) for users (`import hf_norms` then
-# `AutoModel.from_pretrained`), which imports torch and transformers (2-3 s). The `hf-norms` command registers the Auto
-# classes itself when a subcommand runs (`cli.main`), so that its `--help` and `--version` answer at once: it skips the
-# registration here.
-if not _imported_by_the_command_line():
-    __getattr__("register_auto_classes")()
-    __getattr__("register_peft_defaults")()
+# The Auto classes and PEFT's defaults are registered as soon as transformers and peft are imported (now, if they are):
+# `import hf_norms` imports neither, so the command line answers at once and a user pays for what they use.
+when_imported("transformers", register_with_transformers)
+when_imported("peft", register_with_peft)

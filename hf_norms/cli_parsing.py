@@ -1,19 +1,74 @@
-"""How the `hf-norms` command line parses its arguments: the conventions every subcommand shares, and the value types.
+"""How the `hf-norms` command line parses its arguments: each command's options are the fields of one dataclass, parsed
+by transformers' `HfArgumentParser` with hf-norms' conventions (`ArgumentsParser`).
 
-- Every multi-word option has both spellings, `--norm-type` and `--norm_type`, as transformers' `HfArgumentParser`
-  gives `finetune` (`spellings`, applied by `OneLineParser.add_argument`); help lists them once with their value.
+- An option is declared once, as a dataclass field (its type, default, help and other spellings): the command line,
+  the Python API and the reports read the same object. `option(help, default, **metadata)` declares one.
+- Every multi-word option has both spellings, `--norm-type` and `--norm_type` (`spellings`), and so has each alias
+  a field names (`--eval-data`); help lists them once with their value.
 - Options are spelled in full: no abbreviations, as in `hf` (`--norm` would match both spellings of `--norm-type`).
-- A usage error is one line naming the fix, with exit status 2, as every input error of hf-norms is.
-- Values are checked as they are parsed (`positive_int`, ...), so `--batch-size 0` is a usage error.
+- A usage error is one line naming the fix, with exit status 2, as every input error of hf-norms is; a value no run
+  can use is refused by the dataclass itself, when it is made, in one line too.
 
-Imports nothing but the standard library, so that every `--help` answers at once.
+Field metadata besides argparse's own (`help`, `aliases`, `choices`, `metavar`, `nargs`, `const`): `positional`
+(the argument has no flag), `repeatable` (`--include A --include B` gives a list), `negation` (`--no-bf16` sets the
+field to False) and `cli=False` (the Python API's only).
+
+transformers' `hf_argparser` module needs only the standard library and yaml, while `import transformers` takes about
+a second, so until transformers is imported the module is loaded from its file (`hf_argument_parser`): every
+`--help` and every argument error answers at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import copy
+import dataclasses
+import importlib.util
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NoReturn
+
+HF_NORMS_METADATA = ("positional", "repeatable", "negation", "cli")
+
+
+def hf_argument_parser() -> type:
+    """transformers' `HfArgumentParser`: the imported one, or its module loaded on its own from transformers' folder."""
+    if "transformers" in sys.modules:
+        return sys.modules["transformers"].HfArgumentParser
+    name = f"{__name__}.transformers_hf_argparser"
+    if name not in sys.modules:
+        folder = Path(importlib.util.find_spec("transformers").submodule_search_locations[0])
+        spec = importlib.util.spec_from_file_location(name, folder / "hf_argparser.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name].HfArgumentParser
+
+
+HfArgumentParser = hf_argument_parser()
+
+
+def option(help: str, default: Any = None, **metadata: Any) -> Any:
+    """A dataclass field: its default (`default`; a list is copied for each object) and its command-line help and
+    metadata (see the module docstring)."""
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata={"help": help, **metadata})
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
+def required(help: str, **metadata: Any) -> Any:
+    """A dataclass field without a default (a required option, or a positional argument)."""
+    return dataclasses.field(metadata={"help": help, **metadata})
+
+
+def flag(arguments: Any, name: str) -> str:
+    """How the command line spells field `name` of an arguments dataclass, for messages that serve the command line and
+    the Python API: `--batch-size (batch_size)`, `--eval-samples (evaluation_samples)` (its first alias)."""
+    metadata = next(field.metadata for field in dataclasses.fields(arguments) if field.name == name)
+    if metadata.get("positional"):
+        return name
+    return f"{(metadata.get('aliases') or ['--' + name.replace('_', '-')])[0]} ({name})"
 
 
 def spellings(option: str) -> list[str]:
@@ -37,50 +92,61 @@ class SpellingsHelpFormatter(argparse.HelpFormatter):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser with the conventions above: every multi-word option in both spellings, no abbreviations, and
-    usage errors as one line naming the fix, with exit status 2. Its subcommand parsers are of this class too."""
+    """An argument parser with the conventions above: no abbreviations, and usage errors as one line naming the fix,
+    with exit status 2."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", SpellingsHelpFormatter)
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
-        return super().add_argument(*[spelling for name in names for spelling in spellings(name)], **kwargs)
-
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
+class ArgumentsParser(OneLineParser, HfArgumentParser):
+    """`HfArgumentParser` of one dataclass (`dataclass_type`), with the conventions and the metadata of the module
+    docstring; `parse(argv)` returns the dataclass."""
+
+    def __init__(self, dataclass_type: type, **kwargs: Any) -> None:
+        self.dataclass_type = dataclass_type
+        super().__init__(dataclass_types=[dataclass_type], **kwargs)
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        metadata = dict(field.metadata)
+        positional, repeatable, negation, cli = (metadata.pop(key, None) for key in HF_NORMS_METADATA)
+        aliases = [spelling for alias in metadata.pop("aliases", []) for spelling in spellings(alias)]
+        if cli is False:
+            return
+        if positional:
+            optional = field.default is not dataclasses.MISSING
+            parser.add_argument(field.name, nargs="?" if optional else None, metavar=metadata.get("metavar"),
+                                default=field.default if optional else None, help=metadata.get("help"))  # fmt: skip
+            return
+        if repeatable:
+            parser.add_argument(*spellings(f"--{field.name}"), *aliases, dest=field.name, action="append",
+                                default=None, metavar=metadata.get("metavar"), help=metadata.get("help"))  # fmt: skip
+            return
+        plain = copy.copy(field)
+        plain.metadata = MappingProxyType({**metadata, "aliases": aliases})
+        HfArgumentParser._parse_dataclass_field(parser, plain)
+        if negation:
+            parser.add_argument(*spellings(negation), dest=field.name, action="store_const", const=False,
+                                help=f"the opposite of --{field.name.replace('_', '-')}")  # fmt: skip
+
+    def parse(self, argv: Sequence[str]) -> Any:
+        """The dataclass of `argv`: an unknown option or a missing one is a usage error; a value the dataclass refuses
+        raises its error (an `InputError`)."""
+        namespace = self.parse_args(list(argv))
+        values = {field.name: getattr(namespace, field.name) for field in dataclasses.fields(self.dataclass_type)
+                  if hasattr(namespace, field.name)}  # fmt: skip
+        return self.dataclass_type(**{name: value for name, value in values.items() if value is not None or
+                                      dataclass_default(self.dataclass_type, name) is None})  # fmt: skip
 
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(text)
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(text)
-    return value
-
-
-def port_number(text: str) -> int:
-    value = int(text)
-    if not 0 <= value < 65536:
-        raise ValueError(text)
-    return value
-
-
-positive_int.__name__ = "positive integer"  # argparse names the type in its message: "invalid positive integer value"
-positive_float.__name__ = "positive number"
-non_negative_float.__name__ = "number >= 0"
-port_number.__name__ = "port (0-65535)"
+def dataclass_default(cls: type, name: str) -> Any:
+    field = next(field for field in dataclasses.fields(cls) if field.name == name)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default

@@ -22,8 +22,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cli_parsing import option
+from .errors import OutputFolderError
 from .hub.server import HubServer
-from .output_folders import OutputFolderError, claim_folder, made_by_hf_norms
+from .output_folders import claim_folder, made_by_hf_norms
+
+
+@dataclass(kw_only=True)
+class DemoArguments:
+    """`hf-norms demo [--workdir DIR] [--endpoint URL]`."""
+
+    workdir: str | None = option("where to keep the outputs (default: a new temporary folder)")
+    endpoint: str | None = option("push to this Hub endpoint instead of an embedded one")
+
 
 DEMO_ORG = "hf-norms-demo"
 DEMO_TOKEN = "hf_norms_demo_token"
@@ -149,13 +160,16 @@ def fidelity_summary(report: dict) -> str:
     return f"max abs diff {end_to_end['max_abs_diff']:.2e}, mean cosine {end_to_end['mean_cosine']:.4f}"
 
 
-def run_demo(workdir: Path, endpoint: str | None) -> int:
+def run_demo(arguments: DemoArguments) -> int:
+    """`hf-norms demo`: convert, push and load back (see the module docstring); the exit status."""
     from transformers.utils import logging as transformers_logging
 
     from .conversion.convert import convert
     from .hub.publish import push_to_hub
     from .packaged import dinov2_small_path, minilm_path
 
+    workdir = Path(arguments.workdir or tempfile.mkdtemp(prefix="hf-norms-demo-"))
+    endpoint = arguments.endpoint
     transformers_logging.disable_progress_bar()  # the demo prints its own one line per step
     started = time.perf_counter()
     claim_demo_folder(workdir)

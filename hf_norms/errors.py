@@ -33,6 +33,39 @@ class ConversionError(InputError):
     the message names the problem and the fix."""
 
 
+class OutputFolderError(InputError):
+    """An output or work folder that hf-norms will not write to; the message says why and what to do."""
+
+
+class FinetuneInputError(InputError):
+    """Input that cannot be fine-tuned on, found before training starts; the message names the problem and the fix."""
+
+
+class CheckpointRefused(InputError):
+    """The push cannot be made as asked (the folder, repo id, token, options or commit message); nothing was
+    uploaded. The message names the problem and the fix."""
+
+
+class PushError(HfNormsError, RuntimeError):
+    """The Hub endpoint could not be reached or failed; the local folder is untouched and the push can be retried."""
+
+
+class MissingPackageError(ModuleNotFoundError):
+    """An optional package that a packaged model or data set is read with is not installed; the message is one line
+    naming the call that needs it and the install command. A `ModuleNotFoundError`, so `except ImportError` catches it."""
+
+
+class HubError(Exception):
+    """An error the loopback Hub answers to its client as JSON, with the `X-Error-Code` header `huggingface_hub`
+    dispatches on (`status`, `message`, `code`)."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
 class ArgumentTypeError(InputError, TypeError):
     """A Python API argument of the wrong type (`convert(None, ...)`): a `TypeError` that is also an input error."""
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from .errors import MissingPackageError
+
 if TYPE_CHECKING:
     import onnx
     import torch
@@ -88,11 +90,6 @@ _ONNX_LINEARS_4X = {linear: onnx_path.replace("/", ".") for onnx_path, linear in
 _ONNX_MATMUL = re.compile(r"/backbone/encoder/layer\.(\d+)/(.+)/MatMul")
 # Linear whose output DINOv2 multiplies by a LayerScale vector (folded into the Linear for the plain ViT).
 _LAYER_SCALES = {"attention.o_proj": "layer_scale1", "mlp.fc2": "layer_scale2"}
-
-
-class MissingPackageError(ModuleNotFoundError):
-    """An optional package that a packaged model or data set is read with is not installed; the message is one line
-    naming the call that needs it and the install command. A `ModuleNotFoundError`, so `except ImportError` catches it."""
 
 
 def _import_optional(module: str, install: str, needed_by: str):

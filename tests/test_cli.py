@@ -4,26 +4,28 @@ answers at once without importing torch or transformers, and the values it keeps
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import HF_NORMS_SCRIPT
 
 import hf_norms
 from hf_norms import cli
-from hf_norms.conversion import distillation
 
 COMMANDS = ("demo", "convert", "heal", "finetune", "push", "hub")
 HUB_COMMANDS = ("convert", "heal", "push")  # and finetune (`ModelArguments.token`)
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
-    subparsers = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(subparsers.choices)
+    """Each command's parser (finetune's: the one that renders its help; transformers parses a real run)."""
+    return {**{name: command.parser(name) for name, command in cli.COMMANDS.items()},
+            "finetune": cli.finetune_help_parser()}  # fmt: skip
 
 
 def test_the_command_line_lists_every_subcommand(capsys):
@@ -58,13 +60,13 @@ def test_every_multi_word_option_has_both_spellings():
                     other = "--" + (words.replace("-", "_") if "-" in words else words.replace("_", "-"))
                     assert other in action.option_strings, f"{name} {option}"
     convert = ["convert", "x", "--output", "o", "--calibration_data", "d", "--calibration-samples", "3"]
-    args = cli.build_parser().parse_args([*convert, "--norm_type", "dtn"])
+    _, args = cli.parse([*convert, "--norm_type", "dtn"])
     assert (args.norm_type, args.calibration_data, args.calibration_samples) == ("dtn", "d", 3)
 
 
 def test_options_are_spelled_in_full(capsys):
     with pytest.raises(SystemExit) as exited:
-        cli.build_parser().parse_args(["convert", "x", "--norm-type", "dtn", "--output", "o", "--calibration", "d"])
+        cli.parse(["convert", "x", "--norm-type", "dtn", "--output", "o", "--calibration", "d"])
     assert exited.value.code == 2 and "unrecognized arguments: --calibration d" in capsys.readouterr().err
 
 
@@ -78,15 +80,15 @@ def test_a_token_option_wherever_a_hub_is_reached():
     assert token.default is None and not token.repr  # never shown where the arguments are printed
 
 
-def test_values_kept_in_the_command_line_agree_with_the_code():
+def test_the_trainer_options_finetune_help_shows_are_read_from_transformers():
     from transformers import TrainingArguments
 
-    assert cli.HEAL_COSINE_WEIGHT == distillation.COSINE_WEIGHT
-    assert cli.HEAL_HIDDEN_STATE_WEIGHT == distillation.HIDDEN_STATE_WEIGHT
-    assert (cli.HEAL_TOKEN_WEIGHT, cli.HEAL_HEAD_WEIGHT) == (distillation.TOKEN_WEIGHT, distillation.HEAD_WEIGHT)
-    trainer_fields = {field.name: field for field in dataclasses.fields(TrainingArguments)}
-    for name, (default, _) in cli.FINETUNE_TRAINER_OPTIONS.items():
-        assert name in trainer_fields and trainer_fields[name].default == default, name
+    from hf_norms.training.arguments import trainer_fields
+
+    trainer_defaults = {field.name: field.default for field in dataclasses.fields(TrainingArguments)}
+    assert set(cli.FINETUNE_TRAINER_OPTIONS) <= set(trainer_fields()) == set(trainer_defaults)
+    literal = {name: default for name, (_, default) in trainer_fields().items() if default is not None}
+    assert all(trainer_defaults[name] == default for name, default in literal.items()) and len(literal) > 50
 
 
 def test_finetune_help_lists_hf_norms_options_first_and_help_all_lists_every_option(capsys):
@@ -101,23 +103,42 @@ def test_finetune_help_lists_hf_norms_options_first_and_help_all_lists_every_opt
     assert "--weight_decay" in capsys.readouterr().out
 
 
-REGISTER_BEFORE_A_SUBCOMMAND = f"""
+REGISTER_WHEN_TRANSFORMERS_IS_IMPORTED = """
 import sys
-sys.argv[0] = {str(HF_NORMS_SCRIPT)!r}
-from hf_norms import cli
+import hf_norms
+imported = "transformers" in sys.modules
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-before = "vit_norm" in CONFIG_MAPPING
+from hf_norms import cli
 status = cli.main(["convert", "no-such-folder/vit", "--norm-type", "dtn", "--output", "out"])
-print(before, "vit_norm" in CONFIG_MAPPING, status)
+print(imported, "vit_norm" in CONFIG_MAPPING, status)
 """
 
 
-def test_the_command_line_registers_the_auto_classes_before_a_subcommand(tmp_path):
-    """Under the console script, `import hf_norms` leaves the registration to `cli.main`, which does it first."""
-    result = subprocess.run(
-        [sys.executable, "-c", REGISTER_BEFORE_A_SUBCOMMAND], capture_output=True, text=True, cwd=tmp_path, check=True
-    )
+def test_the_auto_classes_are_registered_as_soon_as_transformers_is_imported(tmp_path):
+    """`import hf_norms` imports neither transformers nor torch, under the console script or not; importing
+    transformers registers the Auto classes."""
+    result = subprocess.run([sys.executable, "-c", REGISTER_WHEN_TRANSFORMERS_IS_IMPORTED], capture_output=True,
+                            text=True, cwd=tmp_path, check=True)  # fmt: skip
     assert result.stdout.split() == ["False", "True", "2"]
+
+
+REGISTER_WHEN_PEFT_IS_IMPORTED = """
+import importlib.util
+import hf_norms
+import transformers
+from transformers.utils import is_peft_available
+found = importlib.util.find_spec("peft") is not None and is_peft_available()  # both only look for peft
+from peft.utils import constants
+print(found, constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get("bert_norm"))
+"""
+
+
+def test_peft_defaults_are_registered_when_peft_is_imported_after_it_was_looked_for():
+    """Looking for peft (`find_spec`, as transformers' `is_peft_available` does) does not use up the registration that
+    importing peft runs."""
+    result = subprocess.run([sys.executable, "-c", REGISTER_WHEN_PEFT_IS_IMPORTED], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    assert result.stdout.split() == ["True", "['query',", "'value']"]
 
 
 HELP_COMMANDS = [["--help"], ["--version"], *([command, "--help"] for command in COMMANDS)]
@@ -184,7 +205,7 @@ TOKEN_OPTION_ERRORS = [  # the token follows a token option: known from argv, wh
 def assert_no_token_printed(argv: list[str], token: str, capsys: pytest.CaptureFixture) -> None:
     """`hf-norms ARGV` (T standing for `token`) exits 2 with one error line on stderr, which shows `<token>` where the
     token was; no form of the token is printed."""
-    from hf_norms.hub.redaction import text_token_forms
+    from hf_norms.redaction import text_token_forms
 
     try:
         status = cli.main([part.replace("T", token) if part in ("T", "--tokn=T", "--hub_token=T", "--token=T")
@@ -236,3 +257,79 @@ def test_argument_errors_import_neither_torch_nor_transformers():
     result = subprocess.run([sys.executable, "-c", ARGUMENT_ERRORS_WITHOUT_IMPORTS], capture_output=True, text=True,
                             check=True)  # fmt: skip
     assert json.loads(result.stdout) == []
+
+
+def option_fields(arguments: type) -> dict[str, dataclasses.Field]:
+    return {field.name: field for field in dataclasses.fields(arguments) if field.metadata.get("cli", True)}
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_option_of_a_command_is_one_field_of_its_dataclass(name):
+    """What the command line takes is the dataclass the Python API takes: each option (every spelling of it) is a field,
+    and each field an option."""
+    command = cli.COMMANDS[name]
+    actions = [action for action in command.parser(name)._actions if action.dest != "help"]
+    assert {action.dest for action in actions} == set(option_fields(command.arguments))
+    for action in actions:
+        spellings = {f"--{action.dest}", f"--{action.dest.replace('_', '-')}"}
+        aliases = option_fields(command.arguments)[action.dest].metadata.get("aliases", [])
+        allowed = spellings | {
+            a for alias in aliases for a in (alias, alias.replace("-", "_"), alias.replace("_", "-"))
+        }
+        negation = option_fields(command.arguments)[action.dest].metadata.get("negation")
+        allowed |= {negation, negation.replace("-", "_").replace("__", "--")} if negation else set()
+        allowed |= {f"--no_{action.dest}", f"--no-{action.dest.replace('_', '-')}"}  # HfArgumentParser's, for True
+        assert set(action.option_strings) <= allowed, (name, action.option_strings)
+
+
+DECLARED_ONCE = [cli.ConvertArguments, cli.HealArguments, cli.PushArguments, cli.HubArguments, cli.DemoArguments]
+
+
+# the modules that run convert, heal, push, hub and demo: the Python API and what it calls with the options
+API_MODULES = ["cli.py", "demo.py", "conversion/convert.py", "conversion/healing.py", "conversion/heal.py",
+               "conversion/distillation.py", "conversion/calibration.py", "hub/publish.py", "hub/model_card.py",
+               "hub/card_facts.py", "hub/server/http.py"]  # fmt: skip
+
+
+def test_every_option_is_declared_in_one_place_only():
+    """No parser is built by hand (`add_argument` only in `cli_parsing` and the finetune help listing), and no function
+    that runs a command takes one of its options as a parameter with a default of its own: the default is the
+    dataclass field's, written once."""
+    names = {field for arguments in DECLARED_ONCE for field in option_fields(arguments)} | {"progress"}
+    package = Path(hf_norms.__file__).parent
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and getattr(node.func, "attr", None) == "add_argument"]  # fmt: skip
+        if path.name not in ("cli_parsing.py", "cli.py"):
+            assert not calls, f"{path}: add_argument"
+        if path.relative_to(package).as_posix() not in API_MODULES:
+            continue
+        for function in (node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            arguments = (
+                function.args
+            )  # keyword options: a positional argument (`convert_model(model, "dyt", texts)`) is
+            with_defaults = [  # the API's own, not an option
+                argument for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+                if default is not None
+            ]  # fmt: skip
+            repeated = [argument.arg for argument in with_defaults if argument.arg in names]
+            assert not repeated, f"{path}:{function.lineno} {function.name}({', '.join(repeated)}=...)"
+
+
+# signatures a framework dictates: a model's and an autograd Function's `forward`/`backward`, DTN's custom operator and
+# the ONNX translation registered for it (both one flat argument per tensor of the operator's schema)
+FRAMEWORK_SIGNATURES = {"forward", "backward", "token_norm_operator", "onnx_token_norm"}
+
+
+def test_no_public_function_takes_more_than_8_parameters():
+    package = Path(hf_norms.__file__).parent
+    for path in package.rglob("*.py"):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and not function.name.startswith("_")
+                    and function.name not in FRAMEWORK_SIGNATURES):  # fmt: skip
+                arguments = function.args
+                count = len(arguments.posonlyargs + arguments.args + arguments.kwonlyargs)
+                count += bool(arguments.vararg) + bool(arguments.kwarg) - (arguments.args[:1] != [] and
+                                                                         arguments.args[0].arg in ("self", "cls"))  # fmt: skip
+                assert count <= 8, f"{path}:{function.lineno} {function.name} takes {count} parameters"

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import pytest
 
-from hf_norms.cli import build_parser
+from hf_norms.cli import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -119,11 +119,11 @@ def parse_failure(command: Command) -> str | None:
         if command.program == "hf-norms" and command.arguments[:1] == ["finetune"]:
             return finetune_failure(command.arguments[1:])
         if command.program == "hf-norms":
-            build_parser().parse_args(command.arguments)
+            parse(command.arguments)
         elif command.program == FINETUNE_MODULE:
             return finetune_failure(command.arguments)
         elif command.program == HEAL_MODULE:  # `hf-norms heal` as a module, for launchers
-            build_parser().parse_args(["heal", *command.arguments])
+            parse(["heal", *command.arguments])
         elif command.program.startswith("benchmarks."):
             importlib.import_module(command.program).build_parser().parse_args(command.arguments)
         else:

@@ -103,9 +103,9 @@ def calibrate_norms(
     batches: Sequence[dict],
     norm_names: Iterable[str],
     spec: NormSpec,
+    progress: bool,
     refine_steps: int = 50,
     max_rows: int = 16384,
-    progress: bool = False,
 ) -> CalibrationResult:
     """Fit every norm `norm_names` of `student` (a `spec` conversion of `teacher`, on the teacher's device) with the
     fit `spec.calibration` names, sequentially, in forward order, on that device.

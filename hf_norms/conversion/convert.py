@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -36,17 +35,18 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
-from ..errors import one_line, require_type
+from ..errors import ConversionError, one_line, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
+from .arguments import ConversionOptions, ConvertArguments, split_options
 from .calibration import calibrate_norms, norms_in_forward_order
-from .checkpoint_io import SAFETENSORS_INDEX, ConversionError, resolve_source
+from .checkpoint_io import SAFETENSORS_INDEX, resolve_source
 from .data import Examples, encode_batches, fitting_max_length, load_examples, model_device, probe_examples, run_model
 from .devices import resolve_device
-from .downstream import DownstreamChecks, check_out_of_domain, local_data, with_downstream
+from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
@@ -66,6 +66,7 @@ from .sources import (
 )
 
 RAW_PROBES = "built-in probe inputs (no processor)"
+DEFAULT_MAX_LENGTH = 128  # tokens per text, for a model converted in memory
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
 # Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
 NEW_PARAMETER_SUFFIXES = tuple(
@@ -95,34 +96,6 @@ def norm_options(norm_type: str, options: dict[str, Any] | None, family: str) ->
     return merged, spec.converts_exactly(family, merged)
 
 
-def parse_norm_options(items: list[str]) -> dict[str, Any]:
-    """`KEY=VALUE` texts (the command line's `--option`) as norm options, each VALUE parsed by its option's type
-    (bool: true/false, int, float, str, none, a comma-separated list)."""
-    options = {}
-    for text in items:
-        key, sep, value = text.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in OPTION_FIELDS or key == "norm_type":
-            raise ConversionError(
-                f"--option {text!r}: expected KEY=VALUE with KEY one of {sorted(set(OPTION_FIELDS) - {'norm_type'})}."
-            )
-        kind = str(OPTION_FIELDS[key].type)
-        if "bool" in kind:
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ConversionError(f"--option {key} takes true or false, got {value!r}.")
-            options[key] = value.lower() in ("true", "1")
-        elif value.lower() == "none" and "None" in kind:
-            options[key] = None
-        elif "list" in kind:  # layer_norm_types=dyt,dyt,layernorm
-            options[key] = [part.strip() for part in value.split(",")]
-        else:
-            try:
-                options[key] = int(value) if "int" in kind else float(value) if "float" in kind else value
-            except ValueError:
-                raise ConversionError(f"--option {key} takes a {kind.split()[0]}, got {value!r}.") from None
-    return options
-
-
 def evaluation_examples(
     modality: str,
     evaluation_data: Any,
@@ -144,13 +117,6 @@ def evaluation_examples(
     return probe_examples(modality), 0
 
 
-def check_counts(**counts: int) -> None:
-    """Refuse a count that is not a positive integer (`calibration_samples=0`, `batch_size=-1`, ...)."""
-    for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConversionError(f"{name} must be a positive integer, got {value!r}.")
-
-
 def data_places(**sources: Any) -> dict[str, Path | None]:
     """The local paths among data sources (files or folders), which no output may touch."""
     return {name: Path(value) for name, value in sources.items() if isinstance(value, (str, Path))}
@@ -158,7 +124,7 @@ def data_places(**sources: Any) -> dict[str, Path | None]:
 
 def check_finite_weights(model: nn.Module, source: str) -> None:
     """Refuse a source whose weights hold NaN or infinity, naming the first such tensor. A tensor's sum is finite when
-    all its values are (NaN and infinity propagate), and summing is 10x faster than testing every value; only a
+    all its values are (NaN and infinity propagate), and summing is much faster than testing every value; only a
     non-finite sum, which huge finite values could also give, is checked value by value."""
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not torch.isfinite(tensor.sum()) and not torch.isfinite(tensor).all():
@@ -172,56 +138,48 @@ def convert_model(
     calibration_data: Any = None,
     *,
     processor: Any = None,
-    evaluation_data: Any = None,
-    calibration_samples: int = 64,
-    evaluation_samples: int = 64,
-    max_length: int = 128,
-    batch_size: int = 16,
-    fold: bool = False,
-    keep_layernorm: str | Sequence[int] | None = None,
-    target_cosine: float | None = None,
-    progress: bool = False,
-    ood_evaluation_data: Any = None,
-    ood_evaluation_samples: int = 64,
-    probe_data: Any = None,
-    probe_samples: int = 256,
     share_weights: bool = False,
     **options: Any,
 ) -> nn.Module:
     """`model` (a LayerNorm ViT, DeiT or BERT of any head: a stock transformers class, or an hf-norms class with
     `norm_type="layernorm"`) converted to `norm_type` in memory, as `hf-norms convert` converts a folder.
 
-    `options` are norm options over the function-preserving defaults (`dtn_gate_init=0.5`, ...). `calibration_data`
-    (required for DyT and Derf) and `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image
-    folder, a `datasets.Dataset`), encoded with `processor` (the model's tokenizer or image processor). Without
-    evaluation data the calibration examples after the first `calibration_samples` are held out for evaluation, or
-    built-in probe inputs are used. `model` is left as it was. The conversion runs on the model's device (a model on a
-    GPU is calibrated and measured there). The returned model (the matching hf-norms class, on that device) carries
-    the fidelity report as `conversion_report`, the dict `hf-norms convert` writes as `conversion_report.json`.
+    `options` are `ConversionOptions` fields (`evaluation_data`, `calibration_samples`, `fold`, `keep_layernorm`,
+    `target_cosine`, `ood_evaluation_data`, `probe_data`, ...; see there) and norm options over the function-preserving
+    defaults (`dtn_gate_init=0.5`, ...). `calibration_data` (required where the norm is calibrated: DyT, Derf) and
+    `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image folder, a
+    `datasets.Dataset`), encoded with `processor` (the model's tokenizer or image processor). Without evaluation data
+    the calibration examples after the first `calibration_samples` are held out for evaluation, or built-in probe
+    inputs are used. `model` is left as it was. The conversion runs on the model's device. The returned model (the
+    matching hf-norms class, on that device) carries the fidelity report as `conversion_report`, the dict
+    `hf-norms convert` writes as `conversion_report.json`.
 
-    `keep_layernorm` (`"4,5"`, `"4-5"`, `[-1]`) keeps the original LayerNorm in those encoder layers; `target_cosine`
-    keeps it in the fewest last layers that reach that mean cosine on the calibration data (`layer_choice`). Every
-    stage is also measured on `ood_evaluation_data` (`"packaged"`: Python documentation paragraphs / scikit-learn
-    digits) and by a linear probe on `probe_data` (`"packaged"`: BBC News topics / Fashion-MNIST), and a text model on
-    its evaluation texts cut to a few words, see `downstream`.
-
-    `share_weights=True` (exact conversions without `fold` only) gives the converted model `model`'s tensors instead
-    of copies: half the memory, but the two models are then tied, so training one edits the other. `convert` uses it,
-    since the model it converts is its own.
+    `share_weights=True` (exact conversions that edit no weight only) gives the converted model `model`'s tensors
+    instead of copies: half the memory, but the two models are then tied, so training one edits the other. `convert`
+    uses it, since the model it converts is its own.
     """
     require_type("model", model, nn.Module, "a transformers model object (to convert a folder, use hf_norms.convert)")
     require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
-    check_counts(calibration_samples=calibration_samples, evaluation_samples=evaluation_samples,
-                 max_length=max_length, batch_size=batch_size)  # fmt: skip
-    max_length = fitting_max_length(model.config, max_length)  # the evaluation record says what was used
+    conversion, norm_options_given = split_options(ConversionOptions, options)
+    arguments = ConversionOptions(calibration_data=calibration_data, **conversion)
+    return convert_with(model, norm_type, arguments, norm_options_given, processor, share_weights)
+
+
+def convert_with(
+    model: nn.Module, norm_type: str, arguments: ConversionOptions, options: dict[str, Any], processor: Any,
+    share_weights: bool,
+) -> nn.Module:  # fmt: skip
+    """`convert_model` with its options parsed: `arguments` the conversion's, `options` the norm's."""
+    max_length = fitting_max_length(model.config, arguments.max_length or DEFAULT_MAX_LENGTH)
     source = describe_model(model)
     merged, exact = norm_options(norm_type, options, source.family)
-    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, keep_layernorm, target_cosine, exact, options))
-    check_calibration_data(norm_type, source.family, calibration_data)
-    if fold and source.family == "bert":
+    merged.update(layer_plan(norm_type, model.config.num_hidden_layers, arguments.keep_layernorm,
+                             arguments.target_cosine, exact, options))  # fmt: skip
+    check_calibration_data(norm_type, source.family, arguments.calibration_data)
+    if arguments.fold and source.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     centered = source.family in norm_spec(norm_type).centered_families
-    if share_weights and (fold or centered or not exact):
+    if share_weights and (arguments.fold or centered or not exact):
         raise ConversionError(
             "share_weights=True needs an exact conversion that edits no weight: without fold, and not one that centres "
             "the residual stream."
@@ -229,42 +187,28 @@ def convert_model(
     check_finite_weights(model, source.architecture)
     teacher = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
     training = teacher.training
-    data = ConversionData.load(teacher.config, source.modality, processor, calibration_data, calibration_samples,
-                               evaluation_data, evaluation_samples, batch_size, max_length)  # fmt: skip
-    check_counts(ood_evaluation_samples=ood_evaluation_samples, probe_samples=probe_samples)
-    check_out_of_domain(ood_evaluation_data, calibration_data=calibration_data, evaluation_data=evaluation_data)
-    data.downstream = DownstreamChecks.load(processor, source.modality, ood_evaluation_data, ood_evaluation_samples,
-                                            probe_data, probe_samples, batch_size, max_length, data.evaluation)  # fmt: skip
+    data = ConversionData.load(teacher.config, source.modality, processor, arguments, max_length)
     student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
     if centered:  # exact once the residual stream is free of its mean (`residual_stream`)
         center_residual_stream(student)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
         calibrated = norm_spec(norm_type) if needs_calibration(norm_spec(norm_type), source.family) else None
-        stages, calibration_report = measure_stages(student, teacher, data, norm_names, calibrated, exact, progress)
-        if target_cosine is not None:
+        stages, calibration = measure_stages(student, teacher, data, norm_names, calibrated, exact, arguments.progress)
+        if arguments.target_cosine is not None:
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
-                                                           target_cosine, stages)  # fmt: skip
+                                                           arguments.target_cosine, stages)  # fmt: skip
     finally:
         teacher.train(training)
     student.conversion_report = {
-        "hf_norms_version": VERSION,
-        "source": getattr(model, "name_or_path", "") or source.architecture,
-        "source_revision": None,
-        "family": source.family,
-        "architecture": source.norm_architecture,
-        "norm_type": norm_type,
-        "exact": exact,
-        "options": {name: getattr(student.config, name) for name in OPTION_FIELDS},
-        "folded": fold,
-        "calibration": calibration_report,
-        "healing": None,
-        "evaluation": data.evaluation_record(max_length),
-        **data.downstream.records(),
-        "stages": stages,
-        **({"layer_sweep": layer_sweep} if target_cosine is not None else {}),
-    }
-    if fold:
+        "hf_norms_version": VERSION, "source": getattr(model, "name_or_path", "") or source.architecture,
+        "source_revision": None, "family": source.family, "architecture": source.norm_architecture,
+        "norm_type": norm_type, "exact": exact, "options": {name: getattr(student.config, name) for name in OPTION_FIELDS},
+        "folded": arguments.fold, "calibration": calibration, "healing": None,
+        "evaluation": data.evaluation_record(max_length), **data.downstream.records(), "stages": stages,
+        **({"layer_sweep": layer_sweep} if arguments.target_cosine is not None else {}),
+    }  # fmt: skip
+    if arguments.fold:
         student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
     return student
 
@@ -335,75 +279,48 @@ def build_student(
     return student.to(model_device(teacher)).eval()
 
 
-def convert(
-    source: str | Path,
-    norm_type: str,
-    output: str | Path,
-    *,
-    options: dict[str, Any] | None = None,
-    calibration_data: Any = None,
-    calibration_samples: int = 64,
-    evaluation_data: Any = None,
-    evaluation_samples: int = 64,
-    max_length: int | None = None,
-    batch_size: int = 16,
-    fold: bool = False,
-    keep_layernorm: str | Sequence[int] | None = None,
-    target_cosine: float | None = None,
-    overwrite: bool = False,
-    allow_pickle: bool = False,
-    revision: str | None = None,
-    token: str | bool | None = None,
-    progress: bool = False,
-    ood_evaluation_data: Any = None,
-    ood_evaluation_samples: int = 64,
-    probe_data: Any = None,
-    probe_samples: int = 256,
-    device: str | None = "auto",
-) -> dict[str, Any]:
-    """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`.
+def convert(source: str | os.PathLike, norm_type: str, output: str | os.PathLike, **options: Any) -> dict[str, Any]:
+    """Convert the LayerNorm checkpoint `source` (folder or Hub id) to `norm_type` and save it to `output`; `options`
+    are the fields of `ConvertArguments` (`options` for the norm's, `calibration_data`, `overwrite`, `device`, ...).
+    Returns the report that is also written beside the checkpoint (`convert_checkpoint`)."""
+    return convert_checkpoint(ConvertArguments(source=source, norm_type=norm_type, output=output, **options))
 
-    The conversion is `convert_model`'s, on the checkpoint's model with its own tokenizer or image processor (see
-    there for `options` and the data), loaded on `device` (`devices.resolve_device`: `"auto"` is a CUDA GPU when
-    there is one, else the CPU), with texts cut to `max_length` tokens (default: the length the source is used at,
-    `sources.own_max_length`: a sentence-transformers model's `max_seq_length`, else 128). `output` is checked before
-    any work (`output_folders`); the source, the data and the working directory are never written. Returns the report
-    that is also written beside the checkpoint.
 
-    An exact conversion without `fold` of a safetensors checkpoint maps the source's files instead of loading them,
-    lets the converted model share their tensors, drops each module's pages once used, and writes the weights in files
-    like the source's (`sharded`): its peak memory is about the libraries' plus a layer's, not twice the checkpoint.
+def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
+    """`hf-norms convert`: the conversion is `convert_model`'s, on the checkpoint's model with its own tokenizer or
+    image processor, loaded on `arguments.device` (`devices.resolve_device`: `"auto"` is a CUDA GPU when there is one,
+    else the CPU), with texts cut to `max_length` tokens (default: the length the source is used at,
+    `sources.own_max_length`: a sentence-transformers model's `max_seq_length`, else 128). The output is checked
+    before any work (`output_folders`); the source, the data and the working directory are never written.
+
+    An exact conversion that edits no weight of a safetensors checkpoint maps the source's files instead of loading
+    them, lets the converted model share their tensors, drops each module's pages once used, and writes the weights in
+    files like the source's (`sharded`): its peak memory is about the libraries' plus a layer's, not twice the
+    checkpoint.
     """
-    require_type("source", source, (str, os.PathLike), "a checkpoint folder or a Hub id")
-    require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
-    require_type("output", output, (str, os.PathLike), "the folder to write")
-    target = resolve_device(device)
-    checkpoint = resolve_source(source, revision=revision, allow_pickle=allow_pickle, token=token)
+    a = arguments
+    target = resolve_device(a.device)
+    checkpoint = resolve_source(a.source, revision=a.revision, allow_pickle=a.allow_pickle, token=a.token)
     source_model = inspect_source(checkpoint)
-    max_length = own_max_length(checkpoint.path) if max_length is None else max_length
-    exact = norm_options(norm_type, options, source_model.family)[1]  # a wrong norm_type or option: before loading
-    if fold and source_model.family == "bert":
+    if a.max_length is None:
+        a = dataclasses.replace(a, max_length=own_max_length(checkpoint.path))
+    exact = norm_options(a.norm_type, a.options, source_model.family)[1]  # a wrong norm_type or option: before loading
+    if a.fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
-    protected = {"the source": checkpoint.path, **data_places(calibration_data=calibration_data,
-                                                              evaluation_data=evaluation_data),
-                 **data_places(**local_data(ood_evaluation_data=ood_evaluation_data))}  # fmt: skip
-    planned = PlannedOutput.check(output, overwrite, protected)  # before the slow part; checked again at the move
+    protected = {"the source": checkpoint.path,
+                 **data_places(calibration_data=a.calibration_data, evaluation_data=a.evaluation_data),
+                 **data_places(**local_data(ood_evaluation_data=a.ood_evaluation_data))}  # fmt: skip
+    planned = PlannedOutput.check(a.output, a.overwrite, protected)  # before the slow part; again at the move
     # the sentence-transformers files are copied at the end: a link out of the source is refused now
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    centered = source_model.family in norm_spec(norm_type).centered_families  # edits the weights
-    mapped = exact and not (fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
+    centered = source_model.family in norm_spec(a.norm_type).centered_families  # edits the weights
+    mapped = exact and not (a.fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
     weights = MappedWeights(checkpoint.path) if mapped else None
     teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
     with pages_dropped_after_use(weights) if weights else nullcontext():
-        student = convert_model(
-            teacher, norm_type, calibration_data, processor=processor, evaluation_data=evaluation_data,
-            calibration_samples=calibration_samples, evaluation_samples=evaluation_samples, max_length=max_length,
-            batch_size=batch_size, fold=fold, keep_layernorm=keep_layernorm, target_cosine=target_cosine,
-            progress=progress, ood_evaluation_data=ood_evaluation_data, ood_evaluation_samples=ood_evaluation_samples,
-            probe_data=probe_data, probe_samples=probe_samples, share_weights=mapped, **dict(options or {}),
-        )  # fmt: skip
+        student = convert_with(teacher, a.norm_type, a, a.options or {}, processor, mapped)
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
     report["source_revision"] = checkpoint.revision
@@ -430,29 +347,34 @@ class ConversionData:
     downstream: DownstreamChecks | None = None  # out-of-domain and probe checks, measured at every stage
 
     @classmethod
-    def load(cls, config, modality, processor, calibration_data, calibration_samples, evaluation_data,
-             evaluation_samples, batch_size, max_length) -> ConversionData:  # fmt: skip
-        """Load and encode the data; without a tokenizer or image processor, fixed random inputs still compare the
-        two models."""
+    def load(cls, config, modality: str, processor, arguments: ConversionOptions, max_length: int) -> ConversionData:
+        """Load and encode the data `arguments` name, and the downstream checks; without a tokenizer or image
+        processor, fixed random inputs still compare the two models."""
         # read as far as needed: without evaluation data, the examples after the calibration samples are evaluated on
-        count = calibration_samples + (evaluation_samples if evaluation_data is None else 0)
-        calibration = None if calibration_data is None else load_examples(calibration_data, modality, count)
-        if (calibration is not None or evaluation_data is not None) and processor is None:
+        a = arguments
+        count = a.calibration_samples + (a.evaluation_samples if a.evaluation_data is None else 0)
+        calibration = None if a.calibration_data is None else load_examples(a.calibration_data, modality, count)
+        if (calibration is not None or a.evaluation_data is not None) and processor is None:
             needed = "tokenizer" if modality == "text" else "image processor"
             raise ConversionError(f"The data needs the model's {needed} to encode it: give one (processor=...).")
         if processor is None:
             batches = [raw_probe_batch(config)]
             examples = Examples([None] * len(next(iter(batches[0].values()))), RAW_PROBES, modality)
-            return cls(modality, examples, 0, batches, None, None)
-        evaluation, start = evaluation_examples(
-            modality, evaluation_data, evaluation_samples, calibration, calibration_samples
-        )
-        calibration_batches = None
-        if calibration is not None:
-            calibration = calibration.take(0, calibration_samples)
-            calibration_batches = encode_batches(processor, calibration, batch_size, max_length)
-        return cls(modality, evaluation, start, encode_batches(processor, evaluation, batch_size, max_length),
-                   calibration, calibration_batches)  # fmt: skip
+            data = cls(modality, examples, 0, batches, None, None)
+        else:
+            evaluation, start = evaluation_examples(modality, a.evaluation_data, a.evaluation_samples, calibration,
+                                                    a.calibration_samples)  # fmt: skip
+            calibration_batches = None
+            if calibration is not None:
+                calibration = calibration.take(0, a.calibration_samples)
+                calibration_batches = encode_batches(processor, calibration, a.batch_size, max_length)
+            data = cls(modality, evaluation, start, encode_batches(processor, evaluation, a.batch_size, max_length),
+                       calibration, calibration_batches)  # fmt: skip
+        check_out_of_domain(a.ood_evaluation_data, calibration_data=a.calibration_data,
+                            evaluation_data=a.evaluation_data)  # fmt: skip
+        checked = CheckData(a.ood_evaluation_data, a.ood_evaluation_samples, a.probe_data, a.probe_samples)
+        data.downstream = DownstreamChecks.load(processor, modality, checked, a.batch_size, max_length, data.evaluation)
+        return data
 
     def evaluation_record(self, max_length: int) -> dict[str, Any]:
         return {
@@ -483,7 +405,7 @@ def measure_stages(
         return {"exact" if exact else "naive": measure()}, None
     stages = {"naive": measure()}
     replaced = [name for name in norm_names if not isinstance(student.get_submodule(name), nn.LayerNorm)]
-    result = calibrate_norms(student, teacher, data.calibration_batches, replaced, calibration, progress=progress)
+    result = calibrate_norms(student, teacher, data.calibration_batches, replaced, calibration, progress)
     stages["calibrated"] = measure()
     record = {
         "data": data.calibration.description,

@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoint_io import ConversionError
+from ..errors import ConversionError
+from .arguments import DEVICE_CHOICES
 from .data import on_device, real_token_mask
 from .fidelity import forward_with_norms, pooled
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 TEACHER_BF16_MIN_COSINE = 0.999
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -32,19 +32,12 @@ from .data import (
 from .fidelity import pooled
 from .processes import Processes
 
-COSINE_WEIGHT = 10.0
-HIDDEN_STATE_WEIGHT = 1.0
-TOKEN_WEIGHT = 1.0
-HEAD_WEIGHT = 1.0
 
-
-def loss_description(
-    cosine_weight: float,
-    hidden_state_weight: float,
-    token_weight: float = TOKEN_WEIGHT,
-    head_weight: float = HEAD_WEIGHT,
-    student_dropout: bool = True,
-) -> str:
+def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str:
+    """The loss in words, with its `weights` (`HealArguments.loss_weights`), for the report."""
+    cosine_weight, hidden_state_weight, token_weight, head_weight = (
+        weights[name] for name in ("cosine_weight", "hidden_state_weight", "token_weight", "head_weight")
+    )
     return (
         f"{hidden_state_weight:g} * sum over hidden states of ||h - t||^2/||t||^2 + final-state ||f - g||^2/||g||^2 "
         f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + {token_weight:g} * (1 - per-token cosine of "
@@ -60,16 +53,17 @@ def distillation_loss(
     student_final,
     teacher_final,
     mask,
-    cosine_weight: float = COSINE_WEIGHT,
-    hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
-    token_weight: float = TOKEN_WEIGHT,
-    head_weight: float = HEAD_WEIGHT,
+    weights: Mapping[str, float],
     token_types: dict[str, torch.Tensor] | None = None,
     pooler_outputs: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The healing loss of the module docstring for one batch; `mask` is `[batch, seq_len]` bool or None (images),
+    """The healing loss of the module docstring for one batch, with the `weights` of its terms (`cosine_weight`,
+    `hidden_state_weight`, `token_weight`, `head_weight`); `mask` is `[batch, seq_len]` bool or None (images),
     `token_types` the `data.token_type_masks` of the batch (the per-type terms are left out without it),
     `pooler_outputs` the student's and the teacher's `[batch, hidden]` pooler outputs, or None."""
+    cosine_weight, hidden_state_weight, token_weight, head_weight = (
+        weights[name] for name in ("cosine_weight", "hidden_state_weight", "token_weight", "head_weight")
+    )
 
     def relative_mse(ours: torch.Tensor, theirs: torch.Tensor, rows: torch.Tensor | None = mask) -> torch.Tensor:
         ours, theirs = ours.float(), theirs.float()  # bf16 autocast gives half-precision states
@@ -149,18 +143,14 @@ class DistillationTrainer(Trainer):
         self,
         *args,
         teacher: nn.Module,
+        loss_weights: Mapping[str, float],
         budget: TimeBudget | None = None,
-        cosine_weight: float = COSINE_WEIGHT,
-        hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
-        token_weight: float = TOKEN_WEIGHT,
-        head_weight: float = HEAD_WEIGHT,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.teacher = teacher.eval().requires_grad_(False)
         self.budget = budget or TimeBudget()
-        self.loss_weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
-                             "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
+        self.loss_weights = dict(loss_weights)
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
@@ -208,8 +198,8 @@ class DistillationTrainer(Trainer):
             finals["teacher"],
             real_token_mask(inputs),
             token_types=token_type_masks(inputs, finals["student"].shape[1], prefix_tokens),
+            weights=self.loss_weights,
             pooler_outputs=None if any(p is None for p in pooler_outputs) else pooler_outputs,
-            **self.loss_weights,
         )
         return (loss, student_outputs) if return_outputs else loss
 

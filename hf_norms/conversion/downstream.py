@@ -29,14 +29,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from .. import packaged
-from .checkpoint_io import ConversionError
+from ..errors import ConversionError
 from .data import Examples, encode_batches, load_examples, model_device, on_device, real_token_mask
 from .fidelity import forward_with_norms, measure_fidelity, pooled
 
@@ -210,6 +210,15 @@ def probe_scores(teacher: tuple[torch.Tensor, torch.Tensor], student: tuple[torc
     }
 
 
+class CheckData(NamedTuple):
+    """The data of the out-of-domain check and of the linear probe (None: not made), with their example counts."""
+
+    ood_data: Any
+    ood_samples: int | None
+    probe_data: Any
+    probe_samples: int | None
+
+
 @dataclasses.dataclass
 class DownstreamChecks:
     """The short inputs, the out-of-domain examples and the probe data of one conversion, encoded, with the teacher's
@@ -226,11 +235,11 @@ class DownstreamChecks:
     _teacher: tuple[tuple[torch.Tensor, torch.Tensor], LinearProbe] | None = None
 
     @classmethod
-    def load(cls, processor, modality: str, ood_data: Any = None, ood_samples: int = 64, probe_data: Any = None,
-             probe_samples: int = 256, batch_size: int = 16, max_length: int = 128,
+    def load(cls, processor, modality: str, data: CheckData, batch_size: int, max_length: int,
              evaluation: Examples | None = None) -> DownstreamChecks:  # fmt: skip
-        """Load and encode the data that is given (any may be None: that check is not made); short inputs are cut from
-        the `evaluation` texts of a text model with a tokenizer."""
+        """Load and encode the `data` that is given (either may be None: that check is not made); short inputs are
+        cut from the `evaluation` texts of a text model with a tokenizer."""
+        ood_data, ood_samples, probe_data, probe_samples = data
         checks = cls(modality, max_length)
         if (ood_data is not None or probe_data is not None) and processor is None:
             raise ConversionError("Out-of-domain and probe data need the model's tokenizer or image processor.")
@@ -342,7 +351,5 @@ def checks_for_report(report: dict[str, Any], processor, modality: str, ood_data
         )
     if probe_data is None and probe and packaged_key(probe_source) is None:
         raise ConversionError(f"The conversion's probe data {probe_source!r} cannot be reloaded: give probe_data.")
-    return DownstreamChecks.load(
-        processor, modality, ood_source, (ood or {}).get("samples", 64), probe_source,
-        (probe or {}).get("train_samples", 256), batch_size, report["evaluation"]["max_length"], evaluation,
-    )  # fmt: skip
+    data = CheckData(ood_source, (ood or {}).get("samples"), probe_source, (probe or {}).get("train_samples"))
+    return DownstreamChecks.load(processor, modality, data, batch_size, report["evaluation"]["max_length"], evaluation)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoint_io import ConversionError
+from ..errors import ConversionError
 from .data import TOKEN_TYPES, model_device, on_device, real_token_mask, run_model, token_type_masks
 
 # Examples per forward pass while comparing: the teacher's norm outputs are held until the student's are computed, and

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..errors import ConversionError
 from ..models.norms import norm_spec, spec_of_module
-from .checkpoint_io import ConversionError
 
 POST_LN_MESSAGE = (
     "BERT is post-LN: every norm's output also feeds the residual stream (and the MLM head's decoder is tied to the "

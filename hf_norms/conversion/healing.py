@@ -26,7 +26,6 @@ the `healed` stage and a `healing` entry.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from pathlib import Path
@@ -37,7 +36,6 @@ import transformers
 from torch import nn
 from transformers import TrainingArguments
 
-from ..errors import require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..output_folders import (
     ClaimedFolder,
@@ -49,6 +47,7 @@ from ..output_folders import (
     made_by_hf_norms,
     resolved,
 )
+from .arguments import HealArguments
 from .checkpoint_io import (
     ConversionError,
     check_model_fits,
@@ -58,7 +57,7 @@ from .checkpoint_io import (
     resolve_source,
     set_aside_newer_checkpoints,
 )
-from .convert import NEW_PARAMETER_SUFFIXES, check_counts, data_places, save_checkpoint
+from .convert import NEW_PARAMETER_SUFFIXES, data_places, save_checkpoint
 from .data import (
     Examples,
     encode_batches,
@@ -69,10 +68,6 @@ from .data import (
 )
 from .devices import resolve_device, training_teacher, use_bf16
 from .distillation import (
-    COSINE_WEIGHT,
-    HEAD_WEIGHT,
-    HIDDEN_STATE_WEIGHT,
-    TOKEN_WEIGHT,
     DistillationTrainer,
     EveryProcessSaved,
     TimeBudget,
@@ -99,134 +94,112 @@ def training_examples(processor, examples: Examples, max_length: int) -> list[di
     ]
 
 
-def heal(
-    folder: str | Path,
-    data: Any,
-    *,
-    teacher: str | None = None,
-    output: str | Path | None = None,
-    samples: int | None = None,
-    max_steps: int = 300,
-    max_minutes: float | None = None,
-    max_cpu_minutes: float | None = None,
-    batch_size: int = 8,
-    max_length: int = 128,
-    learning_rate: float = 2e-4,
-    warmup_steps: int = 10,
-    save_steps: int = 50,
-    cosine_weight: float = COSINE_WEIGHT,
-    hidden_state_weight: float = HIDDEN_STATE_WEIGHT,
-    token_weight: float = TOKEN_WEIGHT,
-    head_weight: float = HEAD_WEIGHT,
-    student_dropout: bool = True,
-    bf16: bool | None = None,
-    device: str | None = "auto",
-    evaluation_data: Any = None,
-    work_dir: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    allow_pickle: bool = False,
-    token: str | bool | None = None,
-    progress: bool = True,
-    seed: int = 0,
-    ood_evaluation_data: Any = None,
-    probe_data: Any = None,
-    data_config: str | None = None,
-    data_split: str | None = None,
-    text_column: str | None = None,
-    image_column: str | None = None,
-) -> dict[str, Any]:
+def heal(folder: str | os.PathLike, data: Any, **options: Any) -> dict[str, Any]:
     """Distil the converted checkpoint `folder` from its original on `data` (unlabeled); write the healed checkpoint
-    to `output` (default: `folder`, replaced when complete) and return the report.
+    to the output (default: `folder`, replaced when complete) and return the report. `options` are the fields of
+    `HealArguments` (`max_steps`, `max_minutes`, `learning_rate`, the loss weights, `output`, `resume`, ...); see
+    `heal_folder`."""
+    return heal_folder(HealArguments(folder=folder, data=data, **options))
 
-    `data` is a path or a Hub dataset id, read as a stream (`streaming.open_stream`: `.txt`, `.jsonl`, `.parquet`
-    files or a folder of them, a folder of images, a saved `datasets` folder, a Hub id with `data_config` and
-    `data_split`; the column `text_column` / `image_column`), or texts, images or a `datasets.Dataset` in memory.
-    With `samples`, the first `samples` examples are read into memory and trained on.
+
+@dataclasses.dataclass
+class HealingRun:
+    """What a healing run reads and trains, checked and loaded before training starts (`prepare`)."""
+
+    arguments: HealArguments
+    device: torch.device
+    processes: Processes
+    folder: Path
+    report: dict[str, Any]
+    places: HealingPlaces
+    modality: str
+    processor: Any
+    evaluation: Examples
+    examples: Examples | Stream
+    student: nn.Module
+    teacher: nn.Module
+    checks: Any
+    max_length: int
+
+    @classmethod
+    def prepare(cls, a: HealArguments) -> HealingRun:
+        """Check every input and place, then load the data, the student and the teacher (see `heal_folder`)."""
+        device = resolve_device(a.device)
+        processes = Processes.join(device)
+        folder = resolved(Path(a.folder), "Folder")
+        if not (folder / REPORT_JSON).is_file():
+            raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
+        report = read_report(folder)
+        source = resolve_source(a.teacher or report["source"], revision=None if a.teacher else report["source_revision"],
+                                allow_pickle=a.allow_pickle, token=a.token)  # fmt: skip
+        places = HealingPlaces.check(folder, a, source, **local_data(ood_evaluation_data=a.ood_evaluation_data))
+        check_out_of_domain(a.ood_evaluation_data, healing_data=a.data, evaluation_data=a.evaluation_data)
+        source_model = inspect_source(source)
+        modality = source_model.modality
+        processor = load_processor(folder, modality)
+        if processor is None:
+            raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
+        column = a.text_column if modality == "text" else a.image_column
+        data = DataSource(a.data, a.data_config, a.data_split, column) if is_streamed(a.data) else a.data
+        evaluation, examples = healing_examples(report, modality, data, a.evaluation_data, a.samples,
+                                                processes.count, a.token)  # fmt: skip
+        student = load_student(folder, report["architecture"])
+        max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
+                                                          for length in (a.max_length, report["evaluation"]["max_length"]))  # fmt: skip
+        checks = checks_for_report(report, processor, modality, a.ood_evaluation_data, a.probe_data, a.batch_size,
+                                   evaluation)  # fmt: skip
+        teacher = load_teacher(source, source_model)
+        return cls(a, device, processes, folder, report, places, modality, processor, evaluation, examples, student,
+                   teacher, checks, max_length)  # fmt: skip
+
+
+def heal_folder(arguments: HealArguments) -> dict[str, Any]:
+    """`hf-norms heal`. `data` is a path or a Hub dataset id, read as a stream (`streaming.open_stream`: `.txt`,
+    `.jsonl`, `.parquet` files or a folder of them, a folder of images, a saved `datasets` folder, a Hub id with
+    `data_config` and `data_split`; the column `text_column` / `image_column`), or texts, images or a
+    `datasets.Dataset` in memory. With `samples`, the first `samples` examples are read into memory and trained on.
+
     Training runs `max_steps` AdamW steps, or stops after `max_minutes` (wall clock) or `max_cpu_minutes` (this
     process's CPU time, all threads), whichever comes first; the learning rate warms up over `warmup_steps` (at most a
     third of the steps) and decays linearly to zero at whichever end comes first. The loss and its weights are the
-    module docstring's; `student_dropout=False` trains the student without dropout. It runs on `device`
-    (`devices.resolve_device`: a CUDA GPU when there is one, else the CPU), under bfloat16 autocast when `bf16`
-    (default: on a GPU that supports it; `devices.use_bf16`), with `batch_size` examples per process and step: under
-    `torchrun` or `accelerate launch`, every process trains on its share of the data (`processes`).
-    With `resume`, it continues from the last checkpoint in `work_dir` (default: `.<folder name>.healing` beside the
-    folder), which is removed after success. `work_dir` is created by heal (a folder heal did not make is refused);
-    the output, the work folder, the teacher and the data may not overlap, which is checked before training. Evaluation
-    uses the report's evaluation examples when their source is a path, else `evaluation_data`; they are left out of
-    training when both come from the same source. The report's checks (`downstream`) are made again on the healed
-    model: short inputs cut from the evaluation texts, out of domain and probe on their recorded data or on
-    `ood_evaluation_data` / `probe_data` (given without such a record, made on the healed model only).
+    module docstring's. It runs on `device` (a CUDA GPU when there is one, else the CPU), under bfloat16 autocast
+    when `bf16` (default: on a GPU that supports it; `devices.use_bf16`), with `batch_size` examples per process and
+    step: under `torchrun` or `accelerate launch`, every process trains on its share of the data (`processes`).
+
+    With `resume`, it continues from the last complete checkpoint in `work_dir` (default: `.<folder name>.healing`
+    beside the folder); without, an earlier work folder is moved aside. At the end the work folder's checkpoints are
+    removed. The output, the work folder, the teacher and the data may not overlap, which is checked before training.
+    Evaluation uses the report's evaluation examples when their source is a path, else `evaluation_data`; they are
+    left out of training when both come from the same source. The report's checks (`downstream`) are made again on
+    the healed model.
     """
-    require_type("folder", folder, (str, os.PathLike), "the folder `hf-norms convert` wrote")
-    if data is None:
-        raise ConversionError("heal needs data to distil on (--data): a .txt file, a folder of images or a dataset.")
-    check_counts(max_steps=max_steps, batch_size=batch_size, max_length=max_length, save_steps=save_steps,
-                 **({"samples": samples} if samples is not None else {}))  # fmt: skip
-    check_numbers(learning_rate=learning_rate, cosine_weight=cosine_weight, hidden_state_weight=hidden_state_weight,
-                  token_weight=token_weight, head_weight=head_weight, warmup_steps=warmup_steps,
-                  **{k: v for k, v in (("max_minutes", max_minutes), ("max_cpu_minutes", max_cpu_minutes)) if v is not None})  # fmt: skip
-    target = resolve_device(device)
-    processes = Processes.join(target)
-    folder = resolved(Path(folder), "Folder")
-    if not (folder / REPORT_JSON).is_file():
-        raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
-    report = read_report(folder)
-    source = resolve_source(
-        teacher or report["source"],
-        revision=None if teacher else report["source_revision"],
-        allow_pickle=allow_pickle,
-        token=token,
-    )
-    places = HealingPlaces.check(folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
-                                 **local_data(ood_evaluation_data=ood_evaluation_data))  # fmt: skip
-    check_out_of_domain(ood_evaluation_data, healing_data=data, evaluation_data=evaluation_data)
-    source_model = inspect_source(source)
-    processor = load_processor(folder, source_model.modality)
-    if processor is None:
-        raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
-    column = text_column if source_model.modality == "text" else image_column
-    data_source = DataSource(data, data_config, data_split, column) if is_streamed(data) else data
-    evaluation, examples = healing_examples(report, source_model.modality, data_source, evaluation_data, samples,
-                                            processes.count, token)  # fmt: skip
-    student = load_student(folder, report["architecture"])
-    max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
-                                                      for length in (max_length, report["evaluation"]["max_length"]))  # fmt: skip
-    checks = checks_for_report(report, processor, source_model.modality, ood_evaluation_data, probe_data, batch_size,
-                               evaluation)  # fmt: skip
-    teacher_model = load_teacher(source, source_model)
-    train_examples = training_dataset(examples, processor, max_length, seed)
-    checkpoint = last_complete_checkpoint(places.work, student) if resume and places.work.is_dir() else None
-    work = processes.on_main(lambda: places.claim_work(checkpoint, resume))
+    run = HealingRun.prepare(arguments)
+    a, processes, student = arguments, run.processes, run.student
+    train_examples = training_dataset(run.examples, run.processor, run.max_length, a.seed)
+    checkpoint = last_complete_checkpoint(run.places.work, student) if a.resume and run.places.work.is_dir() else None
+    work = processes.on_main(lambda: run.places.claim_work(checkpoint, a.resume))
     resumed_from = int(checkpoint.name.split("-")[1]) if checkpoint else None
     started, cpu_started = time.perf_counter(), time.process_time()
-    weights = {"cosine_weight": cosine_weight, "hidden_state_weight": hidden_state_weight,
-               "token_weight": token_weight, "head_weight": head_weight}  # fmt: skip
-    bf16 = use_bf16(bf16, target)
-    steps, teacher_record = train(
-        student, teacher_model, processor, train_examples, places.work, modality=source_model.modality,
-        device=target, processes=processes, max_steps=max_steps, budget=TimeBudget(max_minutes, max_cpu_minutes),
-        batch_size=batch_size, learning_rate=learning_rate, warmup_steps=warmup_steps, save_steps=save_steps,
-        loss_weights=weights, bf16=bf16, resume_from=checkpoint, progress=progress, seed=seed, student_dropout=student_dropout,
-        probe_batch=encode_batches(processor, evaluation, batch_size, max_length)[0],
-    )  # fmt: skip
+    bf16 = use_bf16(a.bf16, run.device)
+    steps, teacher_record = train(run, train_examples, bf16, checkpoint)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     if processes.is_main:
-        measure_healed(report, student, teacher_model, processor, evaluation, checks, batch_size)
+        report, examples = run.report, run.examples
+        measure_healed(report, student, run.teacher, run.processor, run.evaluation, run.checks, a.batch_size)
         report["healing"] = {
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
             "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
-            "threads": torch.get_num_threads(), "loss": loss_description(**weights, student_dropout=student_dropout),
-            "student_dropout": student_dropout,
-            "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length, "bf16": bf16,
+            "threads": torch.get_num_threads(), "loss": loss_description(a.loss_weights, a.student_dropout),
+            "student_dropout": a.student_dropout, "learning_rate": a.learning_rate, "batch_size": a.batch_size,
+            "max_length": run.max_length, "bf16": bf16,
             "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
             "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,
-            **run_record(target, processes, teacher_record, batch_size, steps - (resumed_from or 0), seconds),
+            **run_record(run.device, processes, teacher_record, a.batch_size, steps - (resumed_from or 0), seconds),
         }  # fmt: skip
-        _save_healed(student, processor, folder, places, report)
-        if steps >= max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
+        _save_healed(student, run.processor, run.folder, run.places, report)
+        if steps >= a.max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
             work.remove_what_this_run_made()
-    return processes.from_main(report if processes.is_main else None)
+    return processes.from_main(run.report if processes.is_main else None)
 
 
 def run_record(device, processes: Processes, teacher: dict, batch_size: int, steps: int, seconds: float) -> dict:
@@ -285,15 +258,6 @@ def load_student(folder: Path, architecture: str) -> nn.Module:
     return student
 
 
-def check_numbers(**values: float) -> None:
-    """Refuse a rate, weight or duration that is negative, NaN or infinite (a learning rate must also be > 0)."""
-    for name, value in values.items():
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ConversionError(f"{name} must be a finite number >= 0, got {value!r}.")
-    if values.get("learning_rate") == 0:
-        raise ConversionError("learning_rate must be > 0, got 0.")
-
-
 @dataclasses.dataclass(frozen=True)
 class HealingPlaces:
     """Where a healing run reads and writes: the converted folder, the planned output (the folder itself, healed in
@@ -305,19 +269,18 @@ class HealingPlaces:
     protected: dict[str, Path]
 
     @classmethod
-    def check(cls, folder, output, work_dir, overwrite, resume, source, data, evaluation_data,
-              **other_data) -> HealingPlaces:  # fmt: skip
+    def check(cls, folder: Path, a: HealArguments, source, **other_data) -> HealingPlaces:
         """Refuse, before anything is trained, an output or work folder that overlaps the folder, each other, the
-        teacher, the data, the working directory or the home folder; an existing output hf-norms did not make; and a
-        work folder heal did not make (or, with `resume`, none at all)."""
+        teacher (`source`), the data, the working directory or the home folder; an existing output hf-norms did not
+        make; and a work folder heal did not make (or, with `resume`, none at all)."""
         protected = {"the teacher": source.path,
-                     **data_places(data=data, evaluation_data=evaluation_data, **other_data)}  # fmt: skip
+                     **data_places(data=a.data, evaluation_data=a.evaluation_data, **other_data)}  # fmt: skip
         checkpoint_files(folder)  # its files are copied to the output: refuse a link out of it before training
-        if output is None or resolved(Path(output)) == folder:
+        if a.output is None or resolved(Path(a.output)) == folder:
             planned = PlannedOutput.check(folder, True, protected)  # healed in place: the folder is moved aside
         else:
-            planned = PlannedOutput.check(output, overwrite, {**protected, "the converted folder": folder})
-        work = folder.parent / f".{folder.name}.healing" if work_dir is None else Path(work_dir)
+            planned = PlannedOutput.check(a.output, a.overwrite, {**protected, "the converted folder": folder})
+        work = folder.parent / f".{folder.name}.healing" if a.work_dir is None else Path(a.work_dir)
         work = check_output_location(
             work, {**protected, "the converted folder": folder, "the output": planned.target}, what="Work folder"
         )
@@ -325,7 +288,7 @@ class HealingPlaces:
             raise ConversionError(
                 f"Work folder {work} exists and was not made by hf-norms heal; give a new folder (heal creates it)."
             )
-        if resume and not work.exists():
+        if a.resume and not work.exists():
             raise ConversionError(f"--resume: there is no work folder {work} to continue from.")
         return cls(folder, planned, work, {**protected, "the converted folder": folder, "the output": planned.target})
 
@@ -381,77 +344,39 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
     )
 
 
-def train(
-    student: nn.Module,
-    teacher: nn.Module,
-    processor,
-    examples,
-    work_path: Path,
-    *,
-    modality: str,
-    device: torch.device,
-    processes: Processes,
-    max_steps: int,
-    budget: TimeBudget,
-    batch_size: int,
-    learning_rate: float,
-    warmup_steps: int,
-    save_steps: int,
-    loss_weights: dict[str, float],
-    bf16: bool,
-    resume_from: Path | None,
-    progress: bool,
-    seed: int,
-    probe_batch: dict,
-    student_dropout: bool = True,
-) -> tuple[int, dict[str, Any]]:
-    """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints
-    in `work_path`, resuming from the checkpoint `resume_from` when given, the student in training mode (with its
-    config's dropout, or none when `student_dropout` is False). The Trainer places the student on `device` (under a
-    launcher, this process's GPU) and shards the data over the `processes`; the teacher follows the student
-    (`devices.training_teacher`, checked on `probe_batch`). Returns the number of optimizer steps done in total and
-    the teacher's record."""
+def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tuple[int, dict[str, Any]]:
+    """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints in
+    the run's work folder, resuming from the checkpoint `resume_from` when given, the student in training mode (with
+    its config's dropout, or none without `student_dropout`), under bfloat16 autocast with `bf16`. The Trainer places
+    the student on the run's device (under a launcher, this process's GPU) and shards the data over the processes; the
+    teacher follows the student (`devices.training_teacher`, checked on one evaluation batch). Returns the number of
+    optimizer steps done in total and the teacher's record."""
+    a, processes = run.arguments, run.processes
     collator = (
-        transformers.DataCollatorWithPadding(processor) if modality == "text" else transformers.default_data_collator
-    )
+        transformers.DataCollatorWithPadding(run.processor) if run.modality == "text"
+        else transformers.default_data_collator
+    )  # fmt: skip
     args = TrainingArguments(
-        output_dir=str(work_path),
-        use_cpu=device.type == "cpu",
-        max_steps=max_steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        weight_decay=0.0,
-        warmup_steps=min(warmup_steps, max_steps // 3),
-        max_grad_norm=1.0,
-        bf16=bf16,
-        logging_steps=max(1, min(10, max_steps // 10)),
-        save_strategy="steps",
-        save_steps=save_steps,
-        save_total_limit=1,
-        report_to="none",
-        disable_tqdm=not progress,
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-        accelerator_config={"dispatch_batches": False},  # each process reads its own shards of a stream
-        seed=seed,
-        data_seed=seed,
-    )
-    if not student_dropout:
-        _disable_dropout(student)
-    teacher, teacher_record = training_teacher(teacher, args.device, bf16, probe_batch)
+        output_dir=str(run.places.work), use_cpu=run.device.type == "cpu", max_steps=a.max_steps,
+        per_device_train_batch_size=a.batch_size, learning_rate=a.learning_rate, weight_decay=0.0,
+        warmup_steps=min(a.warmup_steps, a.max_steps // 3), max_grad_norm=1.0, bf16=bf16,
+        logging_steps=max(1, min(10, a.max_steps // 10)), save_strategy="steps", save_steps=a.save_steps,
+        save_total_limit=1, report_to="none", disable_tqdm=not a.progress, remove_unused_columns=False,
+        dataloader_num_workers=0, accelerator_config={"dispatch_batches": False},  # each process reads its own shards
+        seed=a.seed, data_seed=a.seed,
+    )  # fmt: skip
+    if not a.student_dropout:
+        _disable_dropout(run.student)
+    probe_batch = encode_batches(run.processor, run.evaluation, a.batch_size, run.max_length)[0]
+    teacher, teacher_record = training_teacher(run.teacher, args.device, bf16, probe_batch)
+    budget = TimeBudget(a.max_minutes, a.max_cpu_minutes)
     budget.agree = processes.largest if processes.count > 1 else None
     trainer = DistillationTrainer(
-        model=student,
-        args=args,
-        teacher=teacher,
-        budget=budget,
-        **loss_weights,
-        train_dataset=examples,
-        data_collator=collator,
-        callbacks=[TimeLimit(budget), EveryProcessSaved(processes)],
-    )
+        model=run.student, args=args, teacher=teacher, budget=budget, loss_weights=a.loss_weights,
+        train_dataset=examples, data_collator=collator, callbacks=[TimeLimit(budget), EveryProcessSaved(processes)],
+    )  # fmt: skip
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    student.eval()
+    run.student.eval()
     return trainer.state.global_step, teacher_record
 
 

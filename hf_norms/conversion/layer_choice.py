@@ -22,8 +22,8 @@ from typing import Any
 
 from torch import nn
 
+from ..errors import ConversionError
 from ..models.norms import STOCK, norm_spec
-from .checkpoint_io import ConversionError
 from .fidelity import measure_fidelity
 
 

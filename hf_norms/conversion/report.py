@@ -8,6 +8,7 @@ as tables; the PNG plots each stage's per-norm relative error against the norm's
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,24 @@ def write_report(folder: str | Path, report: dict[str, Any]) -> None:
     (folder / REPORT_JSON).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")  # strict JSON
     (folder / REPORT_MD).write_text(report_markdown(report))
     plot_per_norm_error(report, folder / REPORT_PNG)
+
+
+def stage_summary(stage: str, metrics: dict[str, Any], max_abs_diff: bool = True) -> str:
+    """One line of a stage's figures, as `convert` and `heal` print them: `healed: max abs diff 3.4, mean cosine 0.9649,
+    out-of-domain cosine 0.9327, probe accuracy 0.92 -> 0.90 (-1.6 points)`."""
+    end_to_end = metrics["end_to_end"]
+    cosine = end_to_end["mean_cosine"]
+    text = f"{stage}: " + (f"max abs diff {end_to_end['max_abs_diff']:.3g}, " if max_abs_diff else "")
+    text += f"mean cosine {cosine:.4f}" + ("" if cosine is not None and math.isfinite(cosine) else " (not finite)")
+    if metrics.get("short_inputs"):
+        text += f", short-input cosine {metrics['short_inputs']['mean_cosine']:.4f}"
+    if metrics.get("out_of_domain"):
+        text += f", out-of-domain cosine {metrics['out_of_domain']['mean_cosine']:.4f}"
+    if metrics.get("probe"):
+        probe = metrics["probe"]
+        text += (f", probe accuracy {probe['teacher_accuracy']:.3f} -> {probe['student_accuracy']:.3f} "
+                 f"({probe['points_kept']:+.1f} points)")  # fmt: skip
+    return text
 
 
 def _number(value: float | None, digits: int = 4) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from huggingface_hub import ModelCard
 from ..conversion.sources import sentence_transformers_max_length
 from ..models.norm_options import NormOptions
 from ..version import VERSION
+from .arguments import CardArguments
 
 REPORT_NAME = "conversion_report.json"
 TRAINER_STATE_NAME = "trainer_state.json"
@@ -329,24 +331,12 @@ def report_datasets(report: dict[str, Any] | None) -> list[str]:
 
 
 def gather_card_facts(
-    folder: str | Path,
-    repo_id: str,
-    *,
-    base_model: str | None = None,
-    license: str | None = None,
-    language: str | list[str] | None = None,
-    datasets: list[str] | None = None,
-    training_dataset: str | None = None,
-    tags: list[str] | None = None,
-    notes: list[str] | None = None,
-    conversion_report: str | Path | None = None,
-    custom_code: list[str] | None = None,
+    folder: str | Path, repo_id: str, card: CardArguments | None = None, custom_code: Sequence[str] = ()
 ) -> CardFacts:
-    """Read what the card will say from `folder` (see the module docstring); keyword arguments fill in what the files
-    cannot know and take precedence: `base_model` (a Hub id), `license`, `language`, `datasets` (Hub ids),
-    `training_dataset` (what a Trainer run trained and evaluated on), extra `tags`, `notes` (sentences appended to
-    "How this checkpoint was made"), `conversion_report` (a report kept elsewhere than `folder`), `custom_code` (the
-    published files that are or name code not hf-norms' own: the card then says to load with
+    """Read what the card will say from `folder` (see the module docstring); `card` fills in what the files cannot
+    know and takes precedence (`CardArguments`: `base_model`, `license`, `language`, `datasets`, `training_dataset`,
+    extra `tags`, `notes` appended to "How this checkpoint was made", a `conversion_report` kept elsewhere);
+    `custom_code` names the published files that are or name code not hf-norms' own (the card then says to load with
     `trust_remote_code=False`).
 
     `base_model`, license and language default to what the folder's own README.md metadata says (the card hf-norms
@@ -354,6 +344,7 @@ def gather_card_facts(
     checkpoint's README.md metadata when the report names a local source that has one, and `base_model` to the
     report's source when that is a Hub id. Neither a license nor a language is ever assumed.
     """
+    card = card or CardArguments()
     folder = Path(folder)
     config = read_json(folder / "config.json")
     model_type = config.get("model_type")
@@ -362,14 +353,14 @@ def gather_card_facts(
             f"{folder / 'config.json'} has model_type {model_type!r}; a card needs an hf-norms checkpoint "
             f"({', '.join(FAMILIES)}). Convert the model with hf_norms first."
         )
-    report_path = Path(conversion_report) if conversion_report else folder / REPORT_NAME
+    report_path = Path(card.conversion_report) if card.conversion_report else folder / REPORT_NAME
     report = read_json(report_path) if report_path.is_file() else None
     own = card_metadata_of(folder / "README.md")
     inherited = {**source_card_data(report), **{key: own[key] for key in ("license", "language") if own.get(key)}}
     source = (report or {}).get("source")
-    training = read_training_facts(folder, data_name(training_dataset) if training_dataset else None)
+    training = read_training_facts(folder, data_name(card.training_dataset) if card.training_dataset else None)
     architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
-    all_datasets = [*(datasets or []), *report_datasets(report)]
+    all_datasets = [*(card.datasets or []), *report_datasets(report)]
     if training is not None and hub_dataset(training.dataset):
         all_datasets.append(hub_dataset(training.dataset))
     return CardFacts(
@@ -378,17 +369,17 @@ def gather_card_facts(
         architecture=architecture,
         norm_type=config.get("norm_type", "layernorm"),
         norm_options=non_default_norm_options(config),
-        base_model=base_model or own.get("base_model") or (source if looks_like_repo_id(source) else None),
-        license=license or inherited.get("license"),
-        language=language or inherited.get("language"),
+        base_model=card.base_model or own.get("base_model") or (source if looks_like_repo_id(source) else None),
+        license=card.license or inherited.get("license"),
+        language=card.language or inherited.get("language"),
         datasets=list(dict.fromkeys(all_datasets)),
         report=report,
         training=training,
-        tags=list(tags or []),
-        notes=list(notes or []),
+        tags=list(card.tags or []),
+        notes=list(card.notes or []),
         hf_norms_version=(report or {}).get("hf_norms_version") or VERSION,
         without_pooler=saved_without_pooler(folder, architecture),
         sentence_transformers=(folder / "modules.json").is_file(),
         max_seq_length=sentence_transformers_max_length(folder),
-        custom_code=list(custom_code or []),
+        custom_code=list(custom_code),
     )

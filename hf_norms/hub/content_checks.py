@@ -4,7 +4,7 @@ hf-norms never publishes: a pickle, a private key or credential, an archive it c
 `scan_file(path, token_needles)` reads a file once, in chunks, and scans what it unpacks to the same way, as files of
 their own: zip and tar members, zlib (joblib's compression), gzip, bzip2, xz and lzma streams, what base64 runs decode
 to (a key base64'd into a YAML file), nested up to `MAX_DEPTH` levels and `UNPACK_LIMIT` bytes in all. Every byte is
-searched for the token's forms (`redaction.token_forms`); the text, and the text of a UTF-16/32 file, for the formats
+searched for the token's forms (`hf_norms.redaction.token_forms`); the text, and the text of a UTF-16/32 file, for the formats
 of `CREDENTIALS` (not the tensor data of a safetensors file: numbers); the first `SNIFF_BYTES` are read as a header (a
 pickle of any protocol and size, a NumPy array of objects). What cannot be unpacked (zstandard, LZ4, 7-Zip, RAR, an
 encrypted or corrupt member, more than the limit) cannot be checked, and is not published.

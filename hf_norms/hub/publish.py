@@ -26,7 +26,7 @@
 
 The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
 stored login (`hf auth login`). While the push runs, no log record of any logger (hf-norms, huggingface_hub, httpx),
-warning or error message holds the token or the stored one (`hf_norms.hub.redaction`). A failure of the network or the
+warning or error message holds the token or the stored one (`hf_norms.redaction`). A failure of the network or the
 server raises `PushError`; the local folder is untouched and running the same push again completes it.
 """
 
@@ -37,7 +37,6 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,29 +46,29 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 
-from ..conversion.checkpoint_io import ConversionError, check_model_fits, check_source_config, check_weights
-from ..errors import HfNormsError, require_type
+from ..conversion.checkpoint_io import check_model_fits, check_source_config, check_weights
+from ..errors import CheckpointRefused, ConversionError, PushError, require_type
 from ..models.auto_registration import MODEL_CLASSES
+from ..redaction import tokens_redacted
 from ..version import VERSION
+from .arguments import PushArguments
 from .card_facts import (
     FAMILIES,
     REPORT_NAME,
     TRAINER_STATE_NAME,
+    gather_card_facts,
     read_json,
     saved_without_pooler,
     without_local_paths,
 )
-from .model_card import model_card_for_folder
-from .redaction import tokens_redacted
+from .model_card import render_model_card
 from .remote_code import custom_code, family_code
 from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
     TOKENIZER_FILES,
-    CheckpointRefused,
     check_token_length,
     excluded,
-    patterns,
     screen_files,
     select_upload_files,
 )
@@ -82,10 +81,6 @@ PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
 # a branch name git accepts (`git check-ref-format --branch`): no control characters, spaces or `~^:?*[\`, no `..`,
 # `//`, `@{`, no component starting with `.`, not ending in `/`, `.` or `.lock`, not starting with `-`
 BRANCH_NAME = re.compile(r"(?!-|/|.*(?:\.\.|//|@\{|/\.|\.lock$|[/.]$))(?!\.)[^\x00-\x20\x7f~^:?*\[\\]+")
-
-
-class PushError(HfNormsError, RuntimeError):
-    """The Hub endpoint could not be reached or failed; the local folder is untouched and the push can be retried."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -233,94 +228,68 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
-def push_to_hub(
-    folder: str | os.PathLike[str],
-    repo_id: str,
-    *,
-    private: bool = False,
-    revision: str | None = None,
-    commit_message: str | None = None,
-    endpoint: str | None = None,
-    token: str | None = None,
-    include: str | Sequence[str] | None = None,
-    exclude: str | Sequence[str] | None = None,
-    include_skipped: Iterable[str] = (),
-    allow_custom_code: bool = False,
-    delete_patterns: Sequence[str] | None = None,
-    dry_run: bool = False,
-    **card_overrides: Any,
-) -> CommitInfo | list[str]:
-    """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring.
+def push_to_hub(folder: str | os.PathLike[str], repo_id: str, **options: Any) -> CommitInfo | list[str]:
+    """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring and
+    `publish`. `options` are the fields of `PushArguments` (`token`, `revision`, `include`, `exclude`,
+    `allow_custom_code`, `delete_patterns`, `dry_run`, the card's `base_model`, `license`, `notes`, ...)."""
+    return publish(PushArguments(folder=folder, repo_id=repo_id, **options))
 
-    `revision` is a branch, created from main when missing. The files uploaded are what a checkpoint is made of
-    (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside `folder`, as `hf upload --include`
-    applies them) add files, `exclude` patterns remove files (README.md standing for the card); `include_skipped`
-    names paths to add, as `include` does. Every file uploaded is read for the token and for content hf-norms never
-    publishes. `allow_custom_code=True` publishes `.py` files, and configs naming code, that are not hf-norms' own,
-    and the card says so. `delete_patterns` (e.g. `["*.onnx"]`) deletes matching remote files in the same commit;
-    nothing is deleted otherwise. `card_overrides` go to `hf_norms.model_card.gather_card_facts` (`base_model`,
-    `license`, `datasets`, `training_dataset`, `notes`, ...). `dry_run=True` checks and renders everything and returns
-    the file list (README.md included) without contacting the endpoint.
+
+def publish(arguments: PushArguments) -> CommitInfo | list[str]:
+    """`hf-norms push`. `revision` is a branch, created from main when missing. The files uploaded are what a
+    checkpoint is made of (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside the folder, as
+    `hf upload --include` applies them) add files, `exclude` patterns remove files (README.md standing for the card).
+    Every file uploaded is read for the token and for content hf-norms never publishes. `allow_custom_code` publishes
+    `.py` files, and configs naming code, that are not hf-norms' own, and the card says so. `delete_patterns` (e.g.
+    `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted otherwise. `dry_run` checks
+    and renders everything and returns the file list (README.md included) without contacting the endpoint.
 
     Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is created
     or uploaded, or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds
-    the token (`hf_norms.hub.redaction`).
+    the token (`hf_norms.redaction`).
     """
-    require_type("folder", folder, (str, os.PathLike), "the checkpoint folder to upload")
-    require_type("repo_id", repo_id, str, "a Hub repo id such as my-org/vit-dyt")
-    token = token or get_token()
+    a = arguments
+    token = a.token or get_token()
     with tokens_redacted(token, get_token()):
-        check_repo_id(repo_id)
-        check_revision(revision)
+        check_repo_id(a.repo_id)
+        check_revision(a.revision)
         check_token_length(token)
-        folder = Path(folder).resolve()
+        folder = Path(a.folder).resolve()
         config, code_files = check_checkpoint(folder)
-        files, left_out = select_upload_files(folder, code_files, [*patterns(include), *include_skipped], exclude)
+        files, left_out = select_upload_files(folder, code_files, [*(a.include or []), *(a.include_skipped or [])],
+                                              a.exclude)  # fmt: skip
         custom = custom_code(folder, files)
-        if custom and not allow_custom_code:
+        if custom and not a.allow_custom_code:
             raise CheckpointRefused(
                 f"{'; '.join(f'{name} {why}' for name, why in custom.items())}: `trust_remote_code=True` would run it. "
                 "Save the model again with hf_norms (which copies its own code), leave the file out (--exclude), or "
                 "publish it with --allow-custom-code (the card then says so). Nothing was uploaded."
             )
-        render_card = not excluded(CARD_NAME, exclude)
-        card = (
-            model_card_for_folder(folder, repo_id, custom_code=sorted(custom), **card_overrides) if render_card else ""
+        render_card = not excluded(CARD_NAME, a.exclude)
+        card = render_model_card(gather_card_facts(folder, a.repo_id, a.card(), sorted(custom))) if render_card else ""
+        message = a.commit_message or (
+            f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
         )
-        message = commit_message or (
-            f"Upload {repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
-        )
-        texts = {"the commit message": message, "the repo id": repo_id, "the branch name": revision or ""}
+        texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
         texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}
         files, content_left_out = screen_files(folder, files, token, texts)
         for name, reason in sorted({**left_out, **content_left_out}.items()):
             logger.info("Not uploading %s: %s", name, reason)
         if not files and not render_card:
             raise CheckpointRefused(f"The exclude patterns leave no file of {folder} to upload; nothing was uploaded.")
-        if dry_run:
+        if a.dry_run:
             return sorted({*files, CARD_NAME} if render_card else files)
-        return upload(folder, repo_id, files, str(card) if render_card else None, message, token, private=private,
-                      revision=revision, endpoint=endpoint, delete_patterns=delete_patterns)  # fmt: skip
+        return upload(a, folder, files, str(card) if render_card else None, message, token)
 
 
 def upload(
-    folder: Path,
-    repo_id: str,
-    files: list[str],
-    card_text: str | None,
-    message: str,
-    token: str | None,
-    *,
-    private: bool,
-    revision: str | None,
-    endpoint: str | None,
-    delete_patterns: Sequence[str] | None,
+    a: PushArguments, folder: Path, files: list[str], card_text: str | None, message: str, token: str | None
 ) -> CommitInfo:
     """Create the repo (and branch) if missing and upload `files` of `folder`, and the card when there is one, in one
     commit, from a staging folder of symlinks to the checked files."""
     if not token:
         raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
-    endpoint = resolve_endpoint(endpoint)
+    repo_id, revision, endpoint = a.repo_id, a.revision, resolve_endpoint(a.endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION)
     logger.info("Uploading %d files from %s to %s/%s", len(files) + bool(card_text), folder, endpoint, repo_id)
     with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
@@ -335,7 +304,7 @@ def upload(
         if card_text is not None:
             (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
         try:
-            repo_id = create_repo(api, repo_id, private)
+            repo_id = create_repo(api, repo_id, a.private)
             if revision and revision != hub_constants.DEFAULT_REVISION:
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
             return api.upload_folder(
@@ -343,7 +312,7 @@ def upload(
                 folder_path=staging,
                 commit_message=message,
                 revision=revision,
-                delete_patterns=list(delete_patterns) if delete_patterns else None,
+                delete_patterns=list(a.delete_patterns) if a.delete_patterns else None,
             )
         except OfflineModeIsEnabled:
             raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None

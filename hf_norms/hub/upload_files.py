@@ -21,10 +21,10 @@ from pathlib import Path, PurePosixPath
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..conversion.sources import sentence_transformers_files
-from ..errors import InputError
+from ..errors import CheckpointRefused
+from ..redaction import redact, text_holds_token, token_forms
 from .card_facts import REPORT_NAME, TRAINER_STATE_NAME
 from .content_checks import scan_file
-from .redaction import redact, text_holds_token, token_forms
 
 CARD_NAME = "README.md"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
@@ -37,11 +37,6 @@ CHECKPOINT_FILES = (
     "conversion_report.png", TRAINER_STATE_NAME, "*_results.json",
 )  # fmt: skip
 MIN_TOKEN_LENGTH = 8  # Hub tokens are 37 characters (`hf_` and 34 more)
-
-
-class CheckpointRefused(InputError):
-    """The push cannot be made as asked (the folder, repo id, token, options or commit message); nothing was
-    uploaded. The message names the problem and the fix."""
 
 
 def patterns(value: str | Sequence[str] | None) -> list[str]:

@@ -48,8 +48,8 @@ class DynamicErf(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """Evaluated as `addcmul(bias, erf(addcmul(shift, x, alpha)), weight)`: two fused multiply-adds around `erf`;
-        without autograd, eagerly, all three passes run in place in one buffer (1.3x faster than the formula on one
-        core, 1.7x on two, [32, 197, 384] float32; `erf` itself is most of the time). Tracers and autograd get the
+        without autograd, eagerly, all three passes run in place in one buffer (docs/speed.md measures the gain).
+        Tracers and autograd get the
         same functional form. Half-precision inputs are computed in float32 and rounded once; under autocast too.
         With `fast_path` False, the paper's formula as written."""
         if not self.fast_path:

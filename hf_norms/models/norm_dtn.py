@@ -21,7 +21,7 @@ from transformers import initialization as init
 
 from .norm_dtn_export import exported_token_norm, onnx_translation_registered
 from .norm_dtn_fast import TokenGrid, fast_token_norm, gates_are_one
-from .norm_dtn_formula import mixing_matrices, token_norm_formula
+from .norm_dtn_formula import TokenNormParameters, mixing_matrices, token_norm_formula
 from .runtime import autocast_off, compute_dtype, is_dynamo_onnx_export, is_eager_full_precision, result_dtype
 from .token_layout import TokenLayout
 
@@ -200,14 +200,13 @@ class DynamicTokenNorm(nn.Module):
         out_dtype, dtype = result_dtype(hidden_states), compute_dtype(hidden_states)
         with autocast_off(hidden_states):
             formula = traced_formula()
-            parameters = (
+            parameters = TokenNormParameters(*(
                 t if t.dtype == dtype else t.to(dtype)
                 for t in (self.pos_proj.weight, mean_gate, var_gate, self.weight, self.bias)
-            )
+            ))  # fmt: skip
             out = formula(
                 hidden_states if hidden_states.dtype == dtype else hidden_states.to(dtype),
-                self.source_mask(layout, False), *parameters,
-                layout.num_prefix_tokens, layout.grid_size, self.eps,
+                self.source_mask(layout, False), parameters, layout.num_prefix_tokens, layout.grid_size, self.eps,
             )  # fmt: skip
         return out if out.dtype == out_dtype else out.to(out_dtype)
 
@@ -223,9 +222,8 @@ class DynamicTokenNorm(nn.Module):
         )
         position_weight = self.pos_proj.weight.to(hidden_states.dtype)
         column_mixing, row_mixing = mixing_matrices(position_weight, layout.grid_size, source_mask)
-        return fast_token_norm(
-            hidden_states, grid, column_mixing, row_mixing, mean_gate, var_gate, self.weight, self.bias, self.eps
-        )
+        parameters = TokenNormParameters(position_weight, mean_gate, var_gate, self.weight, self.bias)
+        return fast_token_norm(hidden_states, grid, (column_mixing, row_mixing), parameters, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, num_heads={self.num_heads}, eps={self.eps}, gate_init={self.gate_init}"

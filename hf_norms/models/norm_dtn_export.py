@@ -2,8 +2,8 @@
 translation.
 
 Traced as its plain formula, each DTN is some 70 ATen operations that the exporter traces, decomposes, translates and
-then optimises one by one (onnxscript's rewriter tries each of its rules on each node), so a ViT-S/16 with 25 DTNs
-exported in 5.4x the time of its LayerNorm twin (87 s against 16 s on 2 cores). Here every DTN is one call of the
+then optimises one by one (onnxscript's rewriter tries each of its rules on each node), which made exporting a
+ViT with DTNs several times slower than its LayerNorm twin (docs/speed.md). Here every DTN is one call of the
 custom operator `hf_norms::dynamic_token_norm` (`torch.library`, computing `norm_dtn_formula.token_norm_formula`),
 which `torch.export` keeps as one node, and `onnx_token_norm` (registered with the exporter when the first DTN is
 built) writes it as about 30 standard ONNX operations in the layout `[B, H, rows, cols, D]`, where LayerNorm's
@@ -30,7 +30,7 @@ import logging
 import numpy as np
 import torch
 
-from .norm_dtn_formula import token_norm_formula
+from .norm_dtn_formula import TokenNormParameters, token_norm_formula
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +63,8 @@ def token_norm_operator(
     -1 for one row of the remaining `N - num_prefix_tokens` tokens (text of dynamic length)."""
     if cols < 0:
         cols = hidden_states.shape[1] - num_prefix_tokens
-    return token_norm_formula(
-        hidden_states, source_mask, position_weight, mean_gate, var_gate, weight, bias,
-        num_prefix_tokens, (rows, cols), eps,
-    )  # fmt: skip
+    parameters = TokenNormParameters(position_weight, mean_gate, var_gate, weight, bias)
+    return token_norm_formula(hidden_states, source_mask, parameters, num_prefix_tokens, (rows, cols), eps)
 
 
 @token_norm_operator.register_fake
@@ -77,11 +75,7 @@ def _(hidden_states, *args) -> torch.Tensor:
 def exported_token_norm(
     hidden_states: torch.Tensor,
     source_mask: torch.Tensor | None,
-    position_weight: torch.Tensor,
-    mean_gate: torch.Tensor,
-    var_gate: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
+    parameters: TokenNormParameters,
     num_prefix_tokens: int,
     grid_size: tuple[int, int],
     eps: float,
@@ -92,13 +86,9 @@ def exported_token_norm(
     one_row_of_any_length = rows == 1 and not isinstance(cols, int)
     if isinstance(rows, int) and (isinstance(cols, int) or one_row_of_any_length) and onnx_translation_registered():
         return token_norm_operator(
-            hidden_states, source_mask, position_weight, mean_gate, var_gate, weight, bias,
-            num_prefix_tokens, rows, -1 if one_row_of_any_length else cols, eps,
-        )  # fmt: skip
-    return token_norm_formula(
-        hidden_states, source_mask, position_weight, mean_gate, var_gate, weight, bias,
-        num_prefix_tokens, grid_size, eps,
-    )  # fmt: skip
+            hidden_states, source_mask, *parameters, num_prefix_tokens, rows, -1 if one_row_of_any_length else cols, eps
+        )
+    return token_norm_formula(hidden_states, source_mask, parameters, num_prefix_tokens, grid_size, eps)
 
 
 @functools.cache

@@ -5,12 +5,8 @@ The grid tokens' heads and their squares, `[x_h, x_h * x_h]`, are stored once in
 mixed together by two products per norm, one `[cols, cols] @ [cols, B * rows * 2D]` GEMM per head and one batch of
 `[rows, rows] @ [rows, 2D]` products, from the mixing matrices built once per call (`norm_dtn_formula.mixing_matrices`). Every
 elementwise step after the mixing is one pass with at most one broadcast operand, the case PyTorch vectorises (a step
-with two broadcast operands, as `lerp` with a per-head weight and a per-token end, runs 5-8x slower here).
-
-Where the time goes (one DTN at ViT-S/16 b8, 2 threads, inference, `torch.profiler`): 5-6 ms per call against 0.33 ms
-for LayerNorm; the two mixing products are 54 % of it (58 % at DINOv2-S's 16x16 grid), because GEMMs with an inner
-dimension of 14-16 run far below the CPU's matrix throughput (0.5-1.0 ms each, where a copy of the same tensor takes
-0.1 ms); the rest is about ten elementwise passes and the copy into the mixing layout. docs/speed.md has the runs.
+with two broadcast operands, as `lerp` with a per-head weight and a per-token end, is not). docs/speed.md says where
+the time goes.
 
 `DynamicTokenNorm` picks this path only in eager float32 or float64 (`runtime.is_eager_full_precision`): it works in
 place, uses an autograd Function and branches on tensor values (`gates_are_one`), which tracers must not see.
@@ -27,6 +23,8 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 from dataclasses import dataclass
 
 import torch
+
+from .norm_dtn_formula import TokenNormParameters
 
 
 @dataclass(frozen=True)
@@ -308,16 +306,14 @@ def input_backward(grad_x, grad_stacked, values, grad_centred, grad_stats, stats
 def fast_token_norm(
     hidden_states: torch.Tensor,
     grid: TokenGrid,
-    columns: torch.Tensor,
-    rows: torch.Tensor | None,
-    mean_gate: torch.Tensor,
-    var_gate: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
+    mixing: tuple[torch.Tensor, torch.Tensor | None],
+    parameters: TokenNormParameters,
     eps: float,
 ) -> torch.Tensor:
-    """DTN's output `[B, N, C]` for float32 or float64 `hidden_states` `[B, N, C]`, eagerly, with the mixing matrices of
-    `mix`. With autograd, `TokenNormFunction`; without, the normalisation runs in place in the mixing buffers."""
+    """DTN's output `[B, N, C]` for float32 or float64 `hidden_states` `[B, N, C]`, eagerly, with the column and row
+    `mixing` matrices of `mix` and the gates and affine of `parameters`. With autograd, `TokenNormFunction`; without,
+    the normalisation runs in place in the mixing buffers."""
+    (columns, rows), (_, mean_gate, var_gate, weight, bias) = mixing, parameters
     inputs = (hidden_states, columns, rows, mean_gate, var_gate, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return TokenNormFunction.apply(hidden_states, columns, rows, mean_gate, var_gate, weight, bias, eps, grid)

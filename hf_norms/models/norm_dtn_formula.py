@@ -12,6 +12,8 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+from typing import NamedTuple
+
 import torch
 
 
@@ -76,14 +78,21 @@ def mix_values(values: torch.Tensor, columns: torch.Tensor, rows: torch.Tensor |
     return torch.bmm(rows, by_rows).view(heads, num_rows, cols, -1, depth).permute(3, 1, 2, 0, 4)
 
 
+class TokenNormParameters(NamedTuple):
+    """DTN's learned tensors as its equations use them: the position projection `[H, 3]`, the gates `[H]`, the affine
+    `[C]`."""
+
+    position_weight: torch.Tensor
+    mean_gate: torch.Tensor
+    var_gate: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+
 def token_norm_formula(
     hidden_states: torch.Tensor,
     source_mask: torch.Tensor | None,
-    position_weight: torch.Tensor,
-    mean_gate: torch.Tensor,
-    var_gate: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
+    parameters: TokenNormParameters,
     num_prefix_tokens: int,
     grid_size: tuple[int, int],
     eps: float,
@@ -98,6 +107,7 @@ def token_norm_formula(
     variance is clamped at 0 against rounding. Shapes come from `grid_size` and the parameters, with -1 for the batch,
     so that every tracer keeps the batch size (and the text length, through `grid_size`) dynamic.
     """
+    position_weight, mean_gate, var_gate, weight, bias = parameters
     rows, cols = grid_size
     heads, hidden, p = mean_gate.shape[0], weight.shape[0], num_prefix_tokens
     mean_ln = hidden_states.mean(-1, keepdim=True)  # [B, N, 1]

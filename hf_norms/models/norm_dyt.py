@@ -40,7 +40,7 @@ class DynamicTanh(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         """Evaluated as `(2 * weight) * sigmoid(2 * alpha * x) + (bias - weight)`, the same function through
-        `tanh(z) = 2 * sigmoid(2z) - 1`: CPU `sigmoid` is ~10x faster than `tanh`, and without autograd the three
+        `tanh(z) = 2 * sigmoid(2z) - 1`: CPU `sigmoid` is much faster than `tanh` (docs/speed.md), and without autograd the three
         passes run in place in one buffer (eagerly only: tracers get the functional form). Half-precision inputs are
         computed in float32 and rounded once; under autocast too (its float32 result is rounded to the input's dtype).
         With `fast_path` False, the paper's formula as written."""

@@ -43,9 +43,8 @@ def lape_position_embeddings(
     """Each layer's normalised position embedding, `[1 or batch, seq_len, hidden]` like `position_embeddings`.
 
     `pos_l = pe_norm_l(pos_{l-1})` (cascade) or `pe_norm_l(pos_0)` (shared), with `pos_0 = position_embeddings`.
-    Computed on every call: a few LayerNorms of one `[1, seq_len, hidden]` tensor per layer (0.4 ms for 12 layers of
-    ViT-S, under 0.1 % of its inference), which an inference cache did not pay for and could serve stale values after
-    an edit through `.data`.
+    Computed on every call: a few LayerNorms of one `[1, seq_len, hidden]` tensor per layer, a negligible part of
+    inference, where a cache could serve stale values after an edit through `.data`.
     """
     per_layer, current = [], position_embeddings
     for pe_norm in pe_norms:

@@ -23,10 +23,11 @@ delete anything (a marker names no file). The rest follows:
 
 from __future__ import annotations
 
+from ..errors import OutputFolderError
 from .claims import ClaimedFolder, claim_folder
 from .copies import checkpoint_files, copy_checkpoint_files, link_root, readable_inside
 from .markers import MARKER_NAME, Marker, made_by_hf_norms
-from .places import OutputFolderError, check_output_location, never_written, resolved
+from .places import check_output_location, never_written, resolved
 from .staging import PlannedOutput, move_aside, rename_no_replace, staging_folder
 
 __all__ = [

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import OutputFolderError
 from .markers import MARKER_NAME, Marker, made_by_hf_norms
-from .places import OutputFolderError, check_output_location, listing
+from .places import check_output_location, listing
 from .staging import move_aside
 
 logger = logging.getLogger(__name__)

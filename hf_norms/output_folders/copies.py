@@ -7,8 +7,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import OutputFolderError
 from .markers import MARKER_NAME
-from .places import OutputFolderError, resolved
+from .places import resolved
 
 
 def checkpoint_files(source: Path, names: Iterable[str] | None = None) -> list[tuple[Path, str]]:

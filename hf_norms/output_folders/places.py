@@ -6,13 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import OutputFolderError
 
 SHOWN_NAMES = 5  # at most this many file names in a message
-
-
-class OutputFolderError(InputError):
-    """An output or work folder that hf-norms will not write to; the message says why and what to do."""
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import OutputFolderError
 from .markers import Marker, made_by_hf_norms
-from .places import OutputFolderError, check_output_location
+from .places import check_output_location
 
 logger = logging.getLogger(__name__)
 

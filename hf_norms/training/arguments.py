@@ -4,7 +4,8 @@ which model (`ModelArguments`), which data and task (`DataArguments`) and how th
 
 The values that need no model or data to be judged (batch sizes, counts, rates: `CHECKED_VALUES`) are checked by
 `check_values` before anything is read or created, and by the command line (`check_command_line`) before transformers
-is even imported.
+is even imported, as are the option names: those of these dataclasses and of `TrainingArguments`, whose fields are
+read from transformers' source without importing it (`trainer_fields`).
 
 This module imports neither torch, transformers nor datasets, so that `hf-norms finetune --help` can render these
 options at once, and a wrong value is refused at once.
@@ -12,21 +13,21 @@ options at once, and a wrong value is refused at once.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import InputError
+from ..errors import FinetuneInputError
 from ..models.norm_registry import NORM_NAMES
 from ..readers import read_json
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
-
-
-class FinetuneInputError(InputError):
-    """Input that cannot be fine-tuned on, found before training starts; the message names the problem and the fix."""
 
 
 @dataclass
@@ -202,6 +203,10 @@ def check_command_line(argv: list[str]) -> None:
     if path is not None:
         check_values(read_arguments_file(path))
         return
+    unknown = [argument.split("=")[0] for argument in argv if argument.startswith("--")
+               and argument.split("=")[0] not in option_names() | {"--help-all"}]  # fmt: skip
+    if unknown:
+        raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
     values = {}
     for index, argument in enumerate(argv):
         name, _, text = argument.removeprefix("--").partition("=")
@@ -215,3 +220,35 @@ def check_command_line(argv: list[str]) -> None:
         except ValueError:
             raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
     check_values(values)
+
+
+@cache
+def trainer_fields() -> dict[str, tuple[str, Any]]:
+    """`{name: (type as written, default)}` of transformers' `TrainingArguments`, read from its source file: importing
+    it imports torch, which takes seconds. A default that is not a literal is None."""
+    folder = importlib.util.find_spec("transformers").submodule_search_locations[0]
+    tree = ast.parse((Path(folder) / "training_args.py").read_text(encoding="utf-8"))
+    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments")
+    fields = {}
+    for node in body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            value = node.value
+            if isinstance(value, ast.Call):
+                value = next((keyword.value for keyword in value.keywords if keyword.arg == "default"), None)
+            try:
+                default = None if value is None else ast.literal_eval(value)
+            except ValueError:
+                default = None
+            fields[node.target.id] = (ast.unparse(node.annotation), default)
+    return fields
+
+
+def option_names() -> set[str]:
+    """Every option `hf-norms finetune` takes, as `HfArgumentParser` spells them: `--name` and `--name-with-dashes` for
+    each field of the argument dataclasses and of `TrainingArguments`, `--no_name` for a boolean that defaults to
+    True."""
+    fields = {item.name: (str(item.type), item.default) for dataclass_type in (ModelArguments, DataArguments, OutputArguments)
+              for item in dataclasses.fields(dataclass_type)}  # fmt: skip
+    fields |= trainer_fields()
+    names = {*fields, *(f"no_{name}" for name, (kind, default) in fields.items() if "bool" in kind and default is True)}
+    return {spelling for name in names for spelling in (f"--{name}", f"--{name.replace('_', '-')}")}

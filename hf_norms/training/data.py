@@ -25,9 +25,8 @@ import torch
 from PIL import Image
 
 from .. import packaged
-from ..errors import one_line
+from ..errors import FinetuneInputError, one_line
 from ..readers import TEXT_LIMIT, check_pixels, opened_image
-from .arguments import FinetuneInputError
 
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_DATASETS = ("bbc-news", "fashion-mnist")

@@ -69,10 +69,9 @@ from ..conversion.checkpoint_io import (
 )
 from ..conversion.sources import copy_sentence_transformers_files, load_processor, sentence_transformers_files
 from ..errors import handled_errors, require_type
-from ..hub.model_card import create_trainer_model_card
-from ..hub.redaction import redacted_output, tokens_redacted
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder
+from ..redaction import redacted_output, tokens_redacted
 from .arguments import (
     CHECKED_VALUES,
     DataArguments,
@@ -106,7 +105,7 @@ from .model_setup import (
     model_family,
 )
 from .sync_batchnorm import convert_sync_batchnorm
-from .trainer import NormStateCallback, NormTrainer
+from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card
 
 logger = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from ..conversion.checkpoint_io import (
     read_json_object,
 )
 from ..conversion.convert import convert_model
+from ..errors import FinetuneInputError
 from ..models.configuration_bert_norm import BertNormConfig
 from ..models.configuration_deit_norm import DeiTNormConfig
 from ..models.configuration_dinov2_norm import Dinov2NormConfig
@@ -43,7 +44,6 @@ from ..models.modeling_dinov2_norm import Dinov2NormForImageClassification
 from ..models.modeling_vit_norm import ViTNormForImageClassification
 from ..models.norms import NORM_TYPES, STOCK, function_preserving_options, norm_spec
 from .arguments import ModelArguments
-from .data import FinetuneInputError
 
 logger = logging.getLogger(__name__)
 

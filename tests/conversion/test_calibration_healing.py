@@ -290,8 +290,9 @@ def test_the_healing_loss_weighs_the_prefix_token_and_the_pooler_output():
     pooler = (torch.zeros(2, 8), teacher_pooler)
 
     def loss(**weights):
-        return distillation.distillation_loss(hidden, hidden, student_final, teacher_final, mask, cosine_weight=0,
-                                         token_types=types, pooler_outputs=pooler, **weights).item()  # fmt: skip
+        weights = {"cosine_weight": 0, "hidden_state_weight": 1, **weights}
+        return distillation.distillation_loss(hidden, hidden, student_final, teacher_final, mask, weights,
+                                              token_types=types, pooler_outputs=pooler).item()  # fmt: skip
 
     final_error = 4 * teacher_final[:, 0].pow(2).sum() / teacher_final[mask].pow(2).sum()
     assert loss(token_weight=0, head_weight=0) == pytest.approx(final_error.item(), rel=1e-5)

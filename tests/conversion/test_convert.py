@@ -31,8 +31,9 @@ from transformers import (
 import hf_norms
 from hf_norms import cli
 from hf_norms.conversion import healing
+from hf_norms.conversion.arguments import parse_norm_options
 from hf_norms.conversion.checkpoint_io import ConversionError
-from hf_norms.conversion.convert import convert, parse_norm_options
+from hf_norms.conversion.convert import convert
 from hf_norms.conversion.report import REPORT_JSON, REPORT_MD, REPORT_PNG
 from hf_norms.hub.server import HubServer
 from hf_norms.output_folders import OutputFolderError

@@ -48,7 +48,7 @@ def test_bf16_by_default_only_on_a_gpu_that_supports_it():
     assert [devices.use_bf16(requested, cpu) for requested in (None, True, False)] == [False, True, False]
     if HAS_CUDA:
         assert devices.use_bf16(None, torch.device("cuda", 0)) is torch.cuda.is_bf16_supported()
-    assert cli.DEVICE_CHOICES == devices.DEVICE_CHOICES
+    assert "cuda" in devices.DEVICE_CHOICES
 
 
 @pytest.fixture(scope="module")

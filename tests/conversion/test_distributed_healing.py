@@ -50,12 +50,12 @@ assert main([f"{{folder}}/in-memory", "--data", images, "--samples", "16", "--ou
 stream = f"{{folder}}/streamed"
 work = f"{{folder}}/.streamed.healing"
 steps = {{}}
-original_heal = healing.heal
+original_heal = healing.heal_folder  # what `hf_norms.conversion.heal` runs
 def recording_heal(*args, **kwargs):
     report = original_heal(*args, **kwargs)
     steps[len(steps)] = report["healing"]
     return report
-healing.heal = recording_heal
+healing.heal_folder = recording_heal
 assert main([stream, "--data", images, "--max-minutes", "0", "--work-dir", work, *common]) == 0
 marker = Marker.read(__import__("pathlib").Path(work))
 listing = sorted(os.listdir(f"{{work}}/checkpoint-1"))

@@ -20,9 +20,10 @@ from transformers import AutoTokenizer, BertModel, Trainer, TrainingArguments
 import hf_norms
 from hf_norms import packaged
 from hf_norms.hub.card_facts import REPORT_NAME, head_of
-from hf_norms.hub.model_card import NormCardTrainerMixin, model_card_for_folder
+from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import CheckpointRefused
 from hf_norms.models.version_guard import OVERRIDE_VARIABLE, SUPPORTED_TRANSFORMERS, check_transformers_version
+from hf_norms.training.trainer import NormCardTrainerMixin
 
 PAPERS = {name: spec.paper for name, spec in hf_norms.NORM_TYPES.items() if spec.paper}
 

@@ -32,7 +32,7 @@ import hf_norms
 from hf_norms import cli, packaged
 from hf_norms.demo import BLOCK_HF_NORMS
 from hf_norms.hub import publish
-from hf_norms.hub.model_card import REPORT_NAME
+from hf_norms.hub.card_facts import REPORT_NAME
 from hf_norms.hub.publish import CheckpointRefused, PushError, push_to_hub
 from hf_norms.hub.server import HubServer
 from hf_norms.models.version_guard import SUPPORTED_TRANSFORMERS
@@ -457,7 +457,7 @@ def test_cli_push_in_the_old_order_says_so(checkpoints, api, hub, monkeypatch, c
 TRAINER_PUSH = """
 import json, numpy as np, torch
 import hf_norms
-from hf_norms.hub.model_card import NormCardTrainerMixin
+from hf_norms.training.trainer import NormCardTrainerMixin
 from transformers import AutoTokenizer, Trainer, TrainingArguments
 
 class CardTrainer(NormCardTrainerMixin, Trainer):

@@ -31,10 +31,10 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_norms.hub.content_checks import SCAN_CHUNK, UNPACK_LIMIT, scan_file
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
-from hf_norms.hub.redaction import text_token_forms, token_forms
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.upload_files import screen_files
 from hf_norms.models import configuration_vit_norm, modeling_vit_norm
+from hf_norms.redaction import text_token_forms, token_forms
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token: hf_ and 34 letters and digits
 ENDPOINT_TOKEN = "private-endpoint-token-0815-abcdef"  # a token of another Hub endpoint: no known credential format

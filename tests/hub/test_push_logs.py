@@ -19,8 +19,8 @@ from huggingface_hub import HfApi
 from transformers import ViTImageProcessorPil
 
 import hf_norms
-from hf_norms.hub.redaction import text_token_forms
 from hf_norms.hub.server import HubServer
+from hf_norms.redaction import text_token_forms
 
 
 def hub_token(label: str) -> str:

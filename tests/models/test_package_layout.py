@@ -93,47 +93,83 @@ def test_the_model_set_imports_nothing_outside_it():
                 assert not any(name.split(".")[0] == "hf_norms" for name in names), path.name
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(["hf_norms", *parts]).removesuffix(".__init__")
+
+
 def module_imports(path: Path) -> set[str]:
-    """The hf_norms modules a module imports at its top level (not inside functions)."""
-    module = "hf_norms." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+    """The hf_norms modules a module imports anywhere: at its top, inside functions, and under `TYPE_CHECKING`
+    (`from .. import packaged` imports the module `packaged`, not the package)."""
+    module = module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-            target = f"{base}.{node.module}" if node.module else base
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
             found.add(target)
-            if not node.module:  # `from . import x`: the modules x
-                found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
 
     def is_module(name: str) -> bool:
         path = PACKAGE.parent / name.replace(".", "/")
         return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
-    return {name for name in found if is_module(name)}
+    return {name for name in found if name.startswith("hf_norms.") and is_module(name)} - {module}
+
+
+GRAPH = {
+    module_name(path): module_imports(path) for path in PACKAGE.rglob("*.py") if "metric_modules" not in path.parts
+}
 
 
 def test_no_module_imports_in_a_cycle():
-    graph = {
-        "hf_norms." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__"): module_imports(
-            p
-        )
-        for p in PACKAGE.rglob("*.py")
-        if "metric_modules" not in p.parts
-    }
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> None:
         state[node] = "open"
-        for target in graph.get(node, ()):
+        for target in GRAPH.get(node, ()):
             assert state.get(target) != "open", " -> ".join([*path, node, target])
             if target not in state:
                 visit(target, [*path, node])
         state[node] = "done"
 
-    for node in graph:
+    for node in GRAPH:
         if node not in state:
             visit(node, [])
+
+
+# The subsystems, lowest first: a module imports only its own subsystem's modules and those of lower ones (`hub.server`
+# only its own and the base's).
+LAYERS = [
+    {"errors", "version", "readers", "redaction", "cli_parsing", "import_hooks", "output_folders", "packaged"},
+    {"models"},
+    {"conversion"},
+    {"hub"},
+    {"training"},
+    {"demo"},
+    {"cli", "__init__"},
+]
+
+
+def layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "__init__"
+    return next(index for index, names in enumerate(LAYERS) if part in names)
+
+
+def test_dependencies_run_one_way():
+    """models <- conversion <- hub <- training <- demo <- cli; the loopback Hub server imports nothing of conversion,
+    training or the rest of hub."""
+    for module, targets in GRAPH.items():
+        for target in targets:
+            assert layer(target) <= layer(module), f"{module} imports {target}"
+            if module.startswith("hf_norms.hub.server"):
+                assert target.startswith("hf_norms.hub.server") or layer(target) == 0, f"{module} imports {target}"
 
 
 def test_old_module_paths_are_the_new_modules():

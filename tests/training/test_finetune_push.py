@@ -13,8 +13,8 @@ import pytest
 from conftest import HF_NORMS_SCRIPT, tiny_sentence_transformer
 from huggingface_hub import HfApi, ModelCard, snapshot_download
 
-from hf_norms.hub.redaction import text_token_forms, token_forms
 from hf_norms.hub.server import HubServer
+from hf_norms.redaction import text_token_forms, token_forms
 
 TOKEN = "hf_FinetunePushTokenAbCdEfGhIjKl0123"
 SOURCE_ID = "org/tiny-minilm"

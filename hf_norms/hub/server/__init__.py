@@ -3,7 +3,7 @@
 endpoints (`read_endpoints`, `write_endpoints`) and their URLs (`routes`); the HTTP layer with `HubServer` (`http`).
 Standard library only, and PyYAML (a dependency of huggingface_hub) once a model card's metadata is read."""
 
+from ...errors import HubError
 from .http import HubServer, serve_forever
-from .payloads import HubError
 
 __all__ = ["HubError", "HubServer", "serve_forever"]

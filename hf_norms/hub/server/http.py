@@ -41,21 +41,21 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ...errors import HubError
+from .arguments import HubArguments
 from .messages import Request, Response, error_response
-from .payloads import CONTROL_CHARACTERS, HubError, check_text
+from .payloads import CONTROL_CHARACTERS, check_text
 from .routes import JSON_BODY_BYTES, route
 from .store import DEFAULT_USER, RepoStore
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1 << 30  # the largest request body read (each file of a commit arrives base64-encoded in it)
 LINGER_SECONDS = 2.0  # how long input is discarded after answering a request whose body was not read
 LISTEN_BACKLOG = 128  # connections the kernel accepts before the server thread takes them (socketserver's is 5)
 _DISCARD_BYTES = 1 << 16
@@ -276,31 +276,22 @@ class _HTTPServer(ThreadingHTTPServer):
 class HubServer:
     """A Hub-compatible server on 127.0.0.1 for tests and demos.
 
-    Args:
-        root: folder holding the repos; a temporary folder (removed by `stop()`) when None.
-        tokens: the bearer tokens accepted, all of them as `user`. None accepts any non-empty token, each as its own
-            user (`token_user`).
-        port: port to bind; 0 picks a free one.
-        user: the user name every listed token authenticates as (the default namespace of `create_repo`).
-        max_body_bytes: the largest request body accepted; a larger one is refused with 400 before it is read.
+    `HubServer(root, **options)`, `options` the fields of `HubArguments`: `root` the folder holding the repos (a
+    temporary folder, removed by `stop()`, when None); `tokens` the bearer tokens accepted, all of them as `user` (the
+    default namespace of `create_repo`), or None to accept any non-empty token, each as its own user (`token_user`);
+    `port` 0 to pick a free one; `max_body_bytes` the largest request body accepted (a larger one is refused with 400
+    before it is read).
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | None = None,
-        *,
-        tokens: Iterable[str] | None = None,
-        port: int = 0,
-        user: str = DEFAULT_USER,
-        max_body_bytes: int = MAX_BODY_BYTES,
-    ) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, **options: Any) -> None:
+        arguments = HubArguments(root=root, **options)
         self._owns_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="hf-norms-hub-") if root is None else root)
         self.store = RepoStore(self.root)
-        self.user = user
-        self._tokens = None if tokens is None else frozenset(tokens)
-        self.max_body_bytes = max_body_bytes
-        self._port = port
+        self.user = arguments.user or DEFAULT_USER
+        self._tokens = None if arguments.tokens is None else frozenset(arguments.tokens)
+        self.max_body_bytes = arguments.max_body_bytes
+        self._port = arguments.port
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._failures: list[_Failure] = []
@@ -399,12 +390,13 @@ class HubServer:
         return None
 
 
-def serve_forever(root: str | os.PathLike[str], *, tokens: Iterable[str] | None, port: int, user: str | None) -> int:
-    """Serve a hub on 127.0.0.1 until interrupted, printing the `HF_ENDPOINT` to use."""
+def serve_forever(arguments: HubArguments) -> int:
+    """`hf-norms hub`: serve a hub on 127.0.0.1 until interrupted, printing the `HF_ENDPOINT` to use."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    if tokens is None and user is not None:
+    if arguments.tokens is None and arguments.user is not None:
         logger.warning("--user applies to the tokens given with --token; without them each token is its own user")
-    hub = HubServer(root, tokens=tokens, port=port, user=user or DEFAULT_USER).start()
+    options = {name: getattr(arguments, name) for name in ("tokens", "port", "user", "max_body_bytes")}
+    hub = HubServer(arguments.root, **options).start()
     print(f"HF_ENDPOINT={hub.url}", flush=True)
     try:
         threading.Event().wait()

@@ -13,13 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .payloads import HubError, load_json_object, query_flag
-from .store import RepoRef, forbidden, repo_not_found, repo_ref
+from ...errors import HubError
+from .payloads import load_json_object, query_flag
+from .store import RepoRef, RepoStore, forbidden, repo_not_found, repo_ref
 
-if TYPE_CHECKING:
-    from .http import HubServer
+
+class Hub(Protocol):
+    """What the endpoints need of the server (`http.HubServer`): its repos, its address, and who a token is."""
+
+    store: RepoStore
+    url: str
+
+    def user_for(self, token: str) -> str | None: ...
+
+    def personal_namespace_owner(self, namespace: str) -> str | None: ...
 
 
 @dataclass
@@ -31,7 +40,7 @@ class Request:
     params: dict[str, str]
     query: dict[str, list[str]]
     headers: Mapping[str, str]
-    hub: HubServer
+    hub: Hub
     read_body: Callable[[], bytes] = bytes
     _body: bytes | None = field(default=None, init=False, repr=False)
 

@@ -13,21 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import HubError
+
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FORBIDDEN_FOLDERS = (".git", ".cache")  # huggingface_hub refuses to commit into these
 _FLAG_VALUES = {"1": True, "true": True, "0": False, "false": False}
 _KIND_NAMES = {str: "a string", bool: "true or false", list: "a list", dict: "an object", int: "a whole number"}
-
-
-class HubError(Exception):
-    """An error answered to the client as JSON, with the `X-Error-Code` header `huggingface_hub` dispatches on."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
 
 
 def bad_request(message: str) -> HubError:

@@ -11,9 +11,10 @@ import re
 from typing import Any
 from urllib.parse import parse_qs
 
+from ...errors import HubError
 from .messages import Request, Response, error_response
 from .metadata import model_facts
-from .payloads import HubError, bad_request, json_field, json_strings, query_count
+from .payloads import bad_request, json_field, json_strings, query_count
 from .store import DEFAULT_BRANCH, RepoRef, path_entry, tree_entries
 
 _BYTE_RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*")

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import unquote
 
+from ...errors import HubError
 from .messages import Request, Response
-from .payloads import HubError
 from .read_endpoints import (
     agent_harnesses,
     list_commits,

@@ -24,7 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .payloads import CommitOp, FileAdd, HubError, bad_request, check_name
+from ...errors import HubError
+from .payloads import CommitOp, FileAdd, bad_request, check_name
 
 REPO_TYPES = ("model", "dataset", "space")
 DEFAULT_BRANCH = "main"

@@ -1,8 +1,14 @@
-"""Module paths of hf-norms 0.1 that moved into the subsystem folders, kept importable.
+"""What `import hf_norms` hooks into Python's import system: registering hf-norms with transformers and peft when they
+are imported (`when_imported`), and the module paths of hf-norms 0.1 that moved, kept importable
+(`install_moved_module_finder`).
 
-`from hf_norms.norms import DynamicTanh`, `from hf_norms.finetune import finetune`, `python -m hf_norms.finetune` and the
-like keep working: each old path is the new module itself (the same module object, so `isinstance` checks and
-monkeypatches agree), with a `FutureWarning` that names the new path.
+- `when_imported(name, callback)` calls `callback()` now when module `name` is imported already, else as soon as it
+  is (after its own code ran): `import hf_norms` registers its Auto classes and PEFT defaults without importing
+  transformers, torch or peft itself, so it costs nothing until they are used, and the command line can answer
+  `--help` and argument errors before any of them is imported.
+- `from hf_norms.norms import DynamicTanh`, `from hf_norms.finetune import finetune`, `python -m hf_norms.finetune` and
+  the like keep working: each old path is the new module itself (the same module object, so `isinstance` checks and
+  monkeypatches agree), with a `FutureWarning` that names the new path.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
+from collections.abc import Callable
 from types import CodeType, ModuleType
 
 MOVED_MODULES = {
@@ -79,3 +86,54 @@ def install_moved_module_finder() -> None:
     """Put the finder on `sys.meta_path` once per interpreter."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.append(MovedModuleFinder())
+
+
+class PostImportLoader(importlib.abc.Loader):
+    """Runs `finder`'s callback once the module the wrapped `loader` executes has run its own code."""
+
+    def __init__(self, loader: importlib.abc.Loader, finder: PostImportFinder) -> None:
+        self.loader, self.finder = loader, finder
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        if self.finder in sys.meta_path:  # once: the finder's work is done
+            sys.meta_path.remove(self.finder)
+        try:
+            self.finder.callback()
+        except Exception as error:  # the module itself imported fine: say what did not, and let it be used
+            warnings.warn(f"hf-norms could not register itself with {module.__name__}: {error}", stacklevel=2)
+
+    def __getattr__(self, name: str):  # what else the import system or the module asks of its loader
+        return getattr(self.loader, name)
+
+
+class PostImportFinder(importlib.abc.MetaPathFinder):
+    """Finds module `name` as the other finders would, with its loader wrapped to call `callback` after it ran. It
+    stays on `sys.meta_path` until the module is executed: a mere `importlib.util.find_spec(name)` (transformers'
+    `is_peft_available()`) asks it too, without importing."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, name: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
+        if name != self.name:
+            return None
+        for finder in sys.meta_path:
+            found = None if finder is self else getattr(finder, "find_spec", None)
+            spec = found(name, path, target) if found else None
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = PostImportLoader(spec.loader, self)
+                return spec
+        return None
+
+
+def when_imported(name: str, callback: Callable[[], None]) -> None:
+    """Call `callback()` now if the top-level module `name` is imported, else right after it is."""
+    if name in sys.modules:
+        callback()
+    elif importlib.util.find_spec(name) is not None:  # installed
+        sys.meta_path.insert(0, PostImportFinder(name, callback))

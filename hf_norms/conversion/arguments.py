@@ -1,0 +1,248 @@
+"""The options of `hf-norms convert` and `hf-norms heal`, each declared once, as the dataclasses the command line
+parses (`cli_parsing.ArgumentsParser`, transformers' `HfArgumentParser`), the Python API takes (`convert(source,
+norm_type, output, **options)`, `heal(folder, data, **options)`) and the reports record.
+
+Every field checks its value when the object is made (`__post_init__`), so a wrong value is one `ConversionError`
+line before anything is read or written. Imports neither torch nor transformers, so that the command line answers at
+once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from ..cli_parsing import flag, option, required
+from ..errors import ConversionError, require_type
+from ..models.norm_registry import NORM_NAMES, NORM_TYPES
+
+Device = Literal["auto", "cpu", "cuda"]
+DEVICE_CHOICES = Device.__args__
+DEVICE_HELP = "auto (default): a CUDA GPU when torch sees one, else the CPU; choose GPUs with CUDA_VISIBLE_DEVICES"
+TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
+
+
+def check_counts(arguments: Any, *names: str) -> None:
+    """Refuse a count that is not a positive integer (`batch_size=0`, `samples=-1`, ...); None passes."""
+    for name in names:
+        value = getattr(arguments, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConversionError(f"{flag(arguments, name)} must be a positive integer, got {value!r}.")
+
+
+def check_numbers(arguments: Any, *names: str) -> None:
+    """Refuse a rate, weight or duration that is negative, NaN or infinite; None passes."""
+    for name in names:
+        value = getattr(arguments, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ConversionError(f"{flag(arguments, name)} must be a finite number >= 0, got {value!r}.")
+
+
+def check_choice(arguments: Any, name: str, choices: tuple) -> None:
+    """Refuse a value that is not one of `choices` (the command line offers only those; Python takes any)."""
+    if getattr(arguments, name) not in choices:
+        value, spelled = getattr(arguments, name), flag(arguments, name).split()[0]
+        raise ConversionError(f"{name} {value!r} is not one of {', '.join(map(str, choices))} ({spelled}).")
+
+
+def parse_norm_options(items: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` texts (the command line's `--option`) as norm options, each VALUE parsed by its option's type in the
+    registry (bool: true/false, int, float, str, none, a comma-separated list for `layer_norm_types`)."""
+    kinds = {option.name: getattr(option.annotation, "__name__", str(option.annotation))
+             for spec in NORM_TYPES.values() for option in spec.options}  # fmt: skip
+    kinds["layer_norm_types"] = "list"
+    options = {}
+    for text in items:
+        key, sep, value = text.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in kinds:
+            raise ConversionError(f"--option {text!r}: expected KEY=VALUE with KEY one of {sorted(kinds)}.")
+        kind = kinds[key]
+        if "bool" in kind:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ConversionError(f"--option {key} takes true or false, got {value!r}.")
+            options[key] = value.lower() in ("true", "1")
+        elif value.lower() == "none" and "None" in kind:
+            options[key] = None
+        elif "list" in kind:
+            options[key] = [part.strip() for part in value.split(",")]
+        else:
+            try:
+                options[key] = int(value) if "int" in kind else float(value) if "float" in kind else value
+            except ValueError:
+                raise ConversionError(f"--option {key} takes a {kind.split()[0]}, got {value!r}.") from None
+    return options
+
+
+@dataclass(kw_only=True)
+class ConversionOptions:
+    """How a model is converted and measured (`convert_model` in memory; `convert` adds where from and to)."""
+
+    calibration_data: str | None = option(
+        "DyT/Derf calibration data: .txt, image folder or saved dataset (in Python also texts, images or a "
+        "datasets.Dataset)"
+    )
+    calibration_samples: int = option("examples the calibration fits on", 64)
+    evaluation_data: str | None = option(
+        "evaluation data (default: calibration examples held out, or probes)", aliases=["--eval-data", "--eval_data"]
+    )
+    evaluation_samples: int = option("evaluation examples", 64, aliases=["--eval-samples", "--eval_samples"])
+    ood_evaluation_data: str | None = option(
+        "out-of-domain evaluation data: .txt file, image folder, saved dataset, or `packaged` (Python documentation "
+        "paragraphs / scikit-learn digits)",
+        aliases=["--ood-eval-data", "--ood_eval_data"],
+    )
+    ood_evaluation_samples: int = option(
+        "out-of-domain evaluation examples", 64, aliases=["--ood-eval-samples", "--ood_eval_samples"]
+    )
+    probe_data: Literal["packaged"] | None = option(
+        "labelled data for a linear probe fitted on the original's features: `packaged` (BBC News topics / "
+        "Fashion-MNIST)"
+    )
+    probe_samples: int = option("probe training examples (half as many test examples)", 256)
+    max_length: int | None = option(
+        "text: tokens per example (default: a sentence-transformers source's max_seq_length, else 128)"
+    )
+    batch_size: int = option("examples per forward pass", 16)
+    fold: bool = option("fold gamma/beta into the next Linear layers (ViT/DeiT)", False)
+    keep_layernorm: str | None = option(
+        "encoder layers that keep LayerNorm, e.g. 4,5 or 4-5 (--keep-layernorm=-1: the last; in Python also a list)",
+        metavar="LAYERS",
+    )
+    target_cosine: float | None = option(
+        "DyT: keep LayerNorm in the fewest last layers that reach this cosine on the calibration data (e.g. 0.995); "
+        "the report shows every choice",
+        metavar="C",
+    )
+    progress: bool = option("show progress bars", False, cli=False)
+
+    def __post_init__(self) -> None:
+        check_counts(self, "calibration_samples", "evaluation_samples", "ood_evaluation_samples", "probe_samples",
+                     "max_length", "batch_size")  # fmt: skip
+        cosine = self.target_cosine
+        if cosine is not None and not (isinstance(cosine, (int, float)) and 0 < cosine <= 1):
+            raise ConversionError(f"--target-cosine must be in (0, 1], got {cosine}.")
+
+
+@dataclass(kw_only=True)
+class ConvertArguments(ConversionOptions):
+    """`hf-norms convert SOURCE --norm-type T --output DIR [...]`: `ConversionOptions` plus the source, the target
+    and the norm options."""
+
+    source: str = required("checkpoint folder or Hub model id (read from HF_ENDPOINT)", positional=True)
+    norm_type: str = required(f"one of {', '.join(NORM_NAMES)}", choices=NORM_NAMES)
+    output: str = required("folder to create (refused if it exists, unless --overwrite)")
+    options: dict[str, Any] | None = option(
+        "norm option, e.g. dyt_per_channel_alpha=false or dtn_gate_init=0.5 (repeatable; in Python a dict)",
+        aliases=["--option"],
+        repeatable=True,
+        metavar="KEY=VALUE",
+    )
+    overwrite: bool = option("move an existing output folder aside and write a new one", False)
+    allow_pickle: bool = option("allow loading pytorch_model.bin (pickle) weights", False)
+    revision: str | None = option("Hub revision of the source")
+    token: str | None = option(TOKEN_HELP)
+    device: Device = option(DEVICE_HELP, "auto")
+
+    def __post_init__(self) -> None:
+        require_type("source", self.source, (str, os.PathLike), "a checkpoint folder or a Hub id")
+        require_type("norm_type", self.norm_type, str, f"one of {sorted(NORM_NAMES)}")
+        require_type("output", self.output, (str, os.PathLike), "the folder to write")
+        super().__post_init__()
+        check_choice(self, "device", DEVICE_CHOICES)
+        if isinstance(self.options, list):
+            self.options = parse_norm_options(self.options)
+
+
+@dataclass(kw_only=True)
+class HealArguments:
+    """`hf-norms heal FOLDER --data DATA [...]`: what a healing run distils on, how long, with which loss, where."""
+
+    folder: str = required("a folder written by `hf-norms convert`", positional=True)
+    data: str = required(
+        "unlabeled data, read as a stream: .txt, .jsonl or .parquet files or a folder of them, an image folder, a "
+        "saved dataset, or a Hub dataset id (in Python also texts, images or a datasets.Dataset)"
+    )
+    data_config: str | None = option("the configuration of a Hub dataset")
+    data_split: str | None = option("the split of a Hub dataset or a saved DatasetDict (default: train)")
+    text_column: str | None = option(
+        "the column of texts (default: text, sentence, content, document, else the first text column)"
+    )
+    image_column: str | None = option("the column of images (default: image, img, else the first image column)")
+    teacher: str | None = option("the original checkpoint (default: the report's source)")
+    output: str | None = option("write the healed checkpoint here instead of replacing FOLDER")
+    samples: int | None = option("train on the first N examples of --data, in memory")
+    max_steps: int = option("optimizer steps", 300)
+    max_minutes: float | None = option("stop (with a checkpoint to resume from) after this long")
+    max_cpu_minutes: float | None = option(
+        "stop (with a checkpoint) after this much CPU time of the process, all threads"
+    )
+    batch_size: int = option("examples per step and process", 8)
+    max_length: int = option("text: tokens per training window", 128)
+    learning_rate: float = option("AdamW's peak learning rate", 2e-4)
+    warmup_steps: int = option("steps of linear warm-up (at most a third of the steps)", 10)
+    save_steps: int = option("steps between checkpoints in the work folder", 50)
+    cosine_weight: float = option("weight of the pooled final-state cosine term", 10.0)
+    hidden_state_weight: float = option(
+        "weight of the per-layer hidden-state terms (0: match the final states and logits only)", 1.0
+    )
+    token_weight: float = option(
+        "weight of the per-token cosine of the final states, averaged per token type ([CLS], special, ordinary)", 1.0
+    )
+    head_weight: float = option("weight of the [CLS] final state and pooler output errors (what stock heads read)", 1.0)
+    student_dropout: bool = option(
+        "train the student with its config's dropout (--no-student-dropout: without; it then fine-tunes worse with "
+        "dropout on)",
+        True,
+    )
+    bf16: bool | None = option(
+        "bfloat16 autocast for both models' forward and the backward (float32 weights and optimizer; default: on a "
+        "CUDA GPU that supports it; --no-bf16: float32 on a GPU too)",
+        nargs="?",
+        const=True,
+        negation="--no-bf16",
+    )
+    device: Device = option(DEVICE_HELP, "auto")
+    evaluation_data: str | None = option(
+        "evaluation data, when the report's cannot be reloaded", aliases=["--eval-data", "--eval_data"]
+    )
+    ood_evaluation_data: str | None = option(
+        "out-of-domain evaluation data, when the report's cannot be reloaded (or `packaged`)",
+        aliases=["--ood-eval-data", "--ood_eval_data"],
+    )
+    probe_data: Literal["packaged"] | None = option("labelled data for the linear probe, when the report has none")
+    work_dir: str | None = option("Trainer checkpoints (default: .FOLDER.healing beside FOLDER)")
+    resume: bool = option("continue from the last complete checkpoint in the work dir", False)
+    overwrite: bool = option("move an existing --output folder aside and write a new one", False)
+    allow_pickle: bool = option("allow a pickle-only teacher checkpoint", False)
+    token: str | None = option(TOKEN_HELP + ", for a teacher on the Hub")
+    seed: int = option("seed of the data order and of dropout", 0)
+    progress: bool = option("show progress bars", True, cli=False)
+
+    def __post_init__(self) -> None:
+        require_type("folder", self.folder, (str, os.PathLike), "the folder `hf-norms convert` wrote")
+        if self.data is None:
+            raise ConversionError(
+                "heal needs data to distil on (--data): a .txt file, a folder of images or a dataset."
+            )
+        check_counts(self, "max_steps", "batch_size", "max_length", "save_steps", "samples")
+        check_numbers(self, "learning_rate", "cosine_weight", "hidden_state_weight", "token_weight", "head_weight",
+                      "warmup_steps", "max_minutes", "max_cpu_minutes")  # fmt: skip
+        if self.learning_rate == 0:
+            raise ConversionError(f"{flag(self, 'learning_rate')} must be > 0, got 0.")
+        check_choice(self, "device", DEVICE_CHOICES)
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in ("cosine_weight", "hidden_state_weight", "token_weight",
+                                                        "head_weight")}  # fmt: skip
+
+
+def split_options(cls: type, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the keyword arguments that are fields of the dataclass `cls`, the others)."""
+    names = {field.name for field in fields(cls)}
+    return {k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names}
