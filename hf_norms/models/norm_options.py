@@ -20,6 +20,8 @@ from .layernorm_loading import held_back, model_type_notice
 from .norm_registry import NORM_TYPES, STOCK
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
+# Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)
+RUNTIME_CHOICES = ("attn_implementation", "experts_implementation")
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "mlp_ratio")
 
 
@@ -76,6 +78,15 @@ class NormOptions(NormOptionFields):
     def stock_config_class(cls) -> type:
         """The stock config this config extends (`BertNormConfig` -> `BertConfig`)."""
         return next(base for base in cls.__mro__[1:] if getattr(base, "model_type", ""))
+
+    @classmethod
+    def from_stock_config(cls, config, **options):
+        """This family's config holding everything `config` (a stock config, or one of this family) holds, with the
+        norm `options` set: its serialized fields, and the choices transformers keeps on a config without saving them
+        (`attn_implementation`, `experts_implementation`), which `from_pretrained(..., attn_implementation="eager")`
+        and `from_config(config)` read from it."""
+        runtime = {name: getattr(config, f"_{name}", None) for name in RUNTIME_CHOICES}
+        return cls.from_dict({**config.to_dict(), **options}, **{k: v for k, v in runtime.items() if v is not None})
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):

@@ -177,3 +177,47 @@ def test_other_loads_keep_transformers_load_report(load_logs):
     assert "LOAD REPORT" in dyt and "LayerNorm.alpha" in dyt
     batchnorm = load_logs["sepnorm batchnorm"]  # a BatchNorm prefix norm does not keep the function: reported
     assert not hf_norms_lines(batchnorm) and "LOAD REPORT" in batchnorm and "prefix_norm.running_mean" in batchnorm
+
+
+LOAD_KEYWORDS = [
+    {"attn_implementation": "eager"},
+    {"attn_implementation": "eager", "output_attentions": True, "output_hidden_states": True},
+    {"dtype": torch.float64, "hidden_dropout_prob": 0.0},
+]
+
+
+@pytest.mark.parametrize("keywords", LOAD_KEYWORDS, ids=lambda keywords: ",".join(keywords))
+@pytest.mark.parametrize("family", ["bert", "dinov2"])
+def test_auto_model_with_a_norm_option_honours_every_from_pretrained_keyword(family, keywords, request):
+    """`AutoModel.from_pretrained(stock, norm_type=..., **keywords)` builds the model the hf-norms class builds from
+    the same call, and the stock class from the same keywords: attention implementation, dtype, config overrides."""
+    path = request.getfixturevalue("minilm_dir" if family == "bert" else "dinov2_dir")
+    norm_class = hf_norms.BertNormModel if family == "bert" else hf_norms.Dinov2NormModel
+    stock = transformers.AutoModel.from_pretrained(path, **keywords)
+    auto = transformers.AutoModel.from_pretrained(path, norm_type="dtn", **keywords)
+    direct = norm_class.from_pretrained(path, norm_type="dtn", **keywords)
+    assert type(auto) is norm_class
+    assert auto.config._attn_implementation == direct.config._attn_implementation == stock.config._attn_implementation
+    assert auto.config.to_dict() == direct.config.to_dict()
+    assert auto.dtype == direct.dtype == stock.dtype
+    for name in ("output_attentions", "output_hidden_states", "hidden_dropout_prob"):
+        assert getattr(auto.config, name, None) == getattr(stock.config, name, None), name
+    if keywords.get("output_attentions"):
+        inputs = (
+            {"input_ids": torch.tensor([[101, 7592, 102]])}
+            if family == "bert"
+            else {"pixel_values": torch.zeros(1, 3, 224, 224)}
+        )
+        with torch.no_grad():
+            attentions = auto(**inputs).attentions
+        assert len(attentions) == auto.config.num_hidden_layers and attentions[0].shape[1] == 12 // (
+            2 if family == "dinov2" else 1
+        )
+
+
+def test_auto_from_config_with_a_norm_option_keeps_the_configs_attention_implementation():
+    config = transformers.BertConfig(**tiny_config("bert", "layernorm").to_dict(), attn_implementation="eager")
+    model = transformers.AutoModel.from_config(config, norm_type="dtn")
+    assert type(model) is hf_norms.BertNormModel
+    assert model.config._attn_implementation == transformers.AutoModel.from_config(config).config._attn_implementation
+    assert model.config._attn_implementation == "eager"
