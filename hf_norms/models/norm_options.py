@@ -17,7 +17,7 @@ from typing import ClassVar
 from transformers import configuration_utils
 
 from .layernorm_loading import held_back, model_type_notice
-from .norm_registry import NORM_TYPES, STOCK
+from .norm_registry import NORM_TYPES, STOCK, unknown_norm_type
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
 # Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)
@@ -109,7 +109,7 @@ class NormOptions(NormOptionFields):
         if not 0 < self.layer_norm_eps < 1:
             raise ValueError(f"layer_norm_eps must be a small positive number, got {self.layer_norm_eps}.")
         if self.norm_type not in NORM_TYPES:
-            raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
+            raise ValueError(unknown_norm_type(self.norm_type))
         for option in OPTIONS:
             problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
             if problem:

@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers
 from conftest import HEAD_CASES, head_config, in_fresh_memory, primary_output, tiny_config
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from test_stock_compat import stock_class, stock_config
 
 import hf_norms
@@ -221,3 +222,27 @@ def test_auto_from_config_with_a_norm_option_keeps_the_configs_attention_impleme
     assert type(model) is hf_norms.BertNormModel
     assert model.config._attn_implementation == transformers.AutoModel.from_config(config).config._attn_implementation
     assert model.config._attn_implementation == "eager"
+
+
+TYPO_LOADS = {
+    "AutoModel": lambda path, typo: transformers.AutoModel.from_pretrained(path, norm_type=typo),
+    "AutoModelForSequenceClassification": lambda path, typo: (
+        transformers.AutoModelForSequenceClassification.from_pretrained(path, norm_type=typo, num_labels=3)
+    ),
+    "BertNormModel": lambda path, typo: hf_norms.BertNormModel.from_pretrained(path, norm_type=typo),
+    "AutoModel.from_config": lambda path, typo: transformers.AutoModel.from_config(
+        transformers.AutoConfig.from_pretrained(path), norm_type=typo
+    ),
+    "BertNormConfig": lambda path, typo: hf_norms.BertNormConfig(norm_type=typo),
+}
+
+
+@pytest.mark.parametrize("typo", ["dyn", "DyT"])
+@pytest.mark.parametrize("load", sorted(TYPO_LOADS))
+def test_a_mistyped_norm_type_is_one_line_naming_the_nearest_choice(minilm_dir, load, typo):
+    # a config refuses it as transformers' strict configs refuse any value: its validator's name, then the line
+    with pytest.raises((ValueError, StrictDataclassClassValidationError)) as raised:
+        TYPO_LOADS[load](minilm_dir, typo)
+    last_line = str(raised.value).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+    choices = sorted(hf_norms.NORM_TYPES)
+    assert last_line == f"norm_type={typo!r} is not supported (did you mean 'dyt'?); choose one of {choices}."
