@@ -114,6 +114,8 @@ LOAD_SCRIPT = """
         ("head sepnorm", lambda: hf_norms.BertNormForSequenceClassification.from_pretrained(path, norm_type="sepnorm")),
         ("layernorm", lambda: hf_norms.BertNormModel.from_pretrained(path)),
         ("dyt", lambda: hf_norms.BertNormModel.from_pretrained(path, norm_type="dyt")),
+        ("auto derf head", lambda: transformers.AutoModelForSequenceClassification.from_pretrained(
+            path, norm_type="derf")),
         ("sepnorm batchnorm", lambda: hf_norms.BertNormModel.from_pretrained(
             path, norm_type="sepnorm", sepnorm_prefix_norm="batchnorm")),
     ]:
@@ -172,10 +174,11 @@ def test_a_function_preserving_load_logs_one_line_instead_of_transformers_notice
 def test_other_loads_keep_transformers_load_report(load_logs):
     assert "to instantiate a model of type" not in load_logs["layernorm"]
     assert not hf_norms_lines(load_logs["layernorm"]) and "LOAD REPORT" not in load_logs["layernorm"]
-    dyt = load_logs["dyt"]  # DyT: hf-norms' warning, and the report of its new alpha parameters
+    dyt = load_logs["dyt"]  # DyT: hf-norms' warning, and one line for the alpha parameters it initialised
     assert "to instantiate a model of type" not in dyt
-    assert [" WARNING: " in line for line in hf_norms_lines(dyt)] == [True]
-    assert "LOAD REPORT" in dyt and "LayerNorm.alpha" in dyt
+    assert [" WARNING: " in line for line in hf_norms_lines(dyt)] == [True, False]
+    assert "alpha at their initial values in 13 norms" in hf_norms_lines(dyt)[1]
+    assert "LOAD REPORT" not in dyt and "MISSING" not in dyt and "LayerNorm.alpha" not in dyt
     batchnorm = load_logs["sepnorm batchnorm"]  # a BatchNorm prefix norm does not keep the function: reported
     assert not hf_norms_lines(batchnorm) and "LOAD REPORT" in batchnorm and "prefix_norm.running_mean" in batchnorm
 
@@ -246,3 +249,12 @@ def test_a_mistyped_norm_type_is_one_line_naming_the_nearest_choice(minilm_dir, 
     last_line = str(raised.value).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
     choices = sorted(hf_norms.NORM_TYPES)
     assert last_line == f"norm_type={typo!r} is not supported (did you mean 'dyt'?); choose one of {choices}."
+
+
+def test_a_derf_head_load_reports_only_the_new_head(load_logs):
+    """Derf's alpha and shift, initialised on purpose, leave the load report; the new classifier stays in it."""
+    log = load_logs["auto derf head"]
+    lines = hf_norms_lines(log)
+    assert len(lines) == 2 and "alpha, shift at their initial values in 13 norms" in lines[1]
+    assert "LOAD REPORT" in log and "classifier.weight" in log and "classifier.bias" in log
+    assert ".alpha" not in log.replace(lines[1], "") and ".shift" not in log
