@@ -45,8 +45,11 @@ def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, m
         commits = api.list_repo_commits(REPO_ID)
         remote = set(api.list_repo_files(REPO_ID))
         published = Path(snapshot_download(REPO_ID, endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "published"))
+        commit_url = f"{hub.url}/{REPO_ID}/commit/{commits[0].commit_id}"
 
     assert [commit.title for commit in commits[:-1]] == ["End of training"]  # one commit after the repo's first
+    pushed = [line for line in done.stdout.splitlines() if line.startswith("Pushed ")]
+    assert pushed == [f"Pushed {output} to {REPO_ID}: commit {commits[0].commit_id} ({commit_url})"]
     assert (output / "checkpoint-3").is_dir() and (output / "training_args.bin").is_file()  # saved, never pushed
     code = {"norms.py", "modeling_bert_norm.py", "configuration_bert_norm.py", "version_guard.py"}
     tokenizer = {"tokenizer.json", "tokenizer_config.json"}
