@@ -39,6 +39,9 @@ from .version import VERSION
 
 
 def run_convert(arguments: ConvertArguments) -> int:
+    from .conversion.checkpoint_io import check_source_name
+
+    check_source_name(str(arguments.source))  # a mistyped folder, before the imports that take seconds
     from .conversion.convert import convert_checkpoint
     from .conversion.report import stage_summary
 
