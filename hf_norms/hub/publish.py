@@ -46,7 +46,8 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 
-from ..conversion.checkpoint_io import check_model_fits, check_source_config, check_weights
+from ..conversion.checkpoint_io import check_weights
+from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_registry import STOCK
