@@ -73,8 +73,9 @@ def __dir__() -> list[str]:
 
 
 def register_with_transformers() -> None:
-    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for)."""
-    __getattr__("register_auto_classes")()
+    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for): importing
+    `models.auto_registration` registers them, at its end, also when transformers' first import is its own."""
+    importlib.import_module(".models.auto_registration", __name__)
 
 
 def register_with_peft() -> None:
