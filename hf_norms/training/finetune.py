@@ -106,7 +106,7 @@ from .model_setup import (
     model_family,
 )
 from .sync_batchnorm import convert_sync_batchnorm
-from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card
+from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card, only_the_trainers_bar
 
 logger = logging.getLogger(__name__)
 
@@ -386,7 +386,8 @@ def finetune(
         callbacks=[NormStateCallback()],
     )
 
-    train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
+    with only_the_trainers_bar():  # checkpoint saves and the best model's reload draw no bar over the Trainer's
+        train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
     trainer.save_model()
     if model_args.model_name_or_path is not None and source.is_dir() and trainer.is_world_process_zero():
         copy_sentence_transformers_files(source, Path(training_args.output_dir))  # stays an embedding model
