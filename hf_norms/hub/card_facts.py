@@ -98,7 +98,7 @@ class CardFacts:
     notes: list[str]
     hf_norms_version: str
     without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
-    sentence_transformers: bool = False  # the folder is a sentence-transformers model (modules.json, pooling, ...)
+    sentence_transformers: bool = False  # its sentence-transformers files describe it (`sentence_transformers_model`)
     max_seq_length: int | None = None  # the tokens per text such a model runs at (sentence_bert_config.json)
     custom_code: list[str] = field(default_factory=list)  # published files that are or name code not hf-norms' own
 
@@ -162,6 +162,15 @@ def head_of(architecture: str) -> tuple[str, str | None]:
         if architecture.endswith(suffix):
             return head
     raise ValueError(f"{architecture!r} is not an hf-norms model class (ViTNorm*, DeiTNorm*, BertNorm*).")
+
+
+def sentence_transformers_model(folder: Path, architecture: str) -> bool:
+    """Whether the folder's sentence-transformers files (modules.json, its pooling and other module folders) describe
+    the model: they do only for a bare `*NormModel`, the class `SentenceTransformer` loads (through `AutoModel`) and
+    pools. With a head (a classifier fine-tuned from a sentence-transformers checkpoint, a masked LM, ...),
+    `SentenceTransformer` would load the encoder and silently drop the head, so the card describes the head, for
+    transformers' pipeline of its task, and a push leaves those files out (`upload_files.select_upload_files`)."""
+    return (folder / "modules.json").is_file() and head_of(architecture)[0] == "AutoModel"
 
 
 def weight_names(folder: Path) -> set[str]:
@@ -379,7 +388,9 @@ def gather_card_facts(
         notes=list(card.notes or []),
         hf_norms_version=(report or {}).get("hf_norms_version") or VERSION,
         without_pooler=saved_without_pooler(folder, architecture),
-        sentence_transformers=(folder / "modules.json").is_file(),
-        max_seq_length=sentence_transformers_max_length(folder),
+        sentence_transformers=sentence_transformers_model(folder, architecture),
+        max_seq_length=sentence_transformers_max_length(folder)
+        if sentence_transformers_model(folder, architecture)
+        else None,
         custom_code=list(custom_code),
     )

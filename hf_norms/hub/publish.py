@@ -8,8 +8,9 @@
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
-2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of, plus what `include` adds,
-   less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
+2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of (its sentence-transformers
+   files only where they describe it: a bare model, not a head, `card_facts.sentence_transformers_model`), plus what
+   `include` adds, less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
    the card; a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
 3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
    an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
@@ -59,6 +60,7 @@ from .card_facts import (
     gather_card_facts,
     read_json,
     saved_without_pooler,
+    sentence_transformers_model,
     without_local_paths,
 )
 from .model_card import render_model_card
@@ -256,8 +258,10 @@ def publish(arguments: PushArguments) -> CommitInfo | list[str]:
         check_token_length(token)
         folder = Path(a.folder).resolve()
         config, code_files = check_checkpoint(folder)
+        architecture = config["architectures"][0]
+        head = None if sentence_transformers_model(folder, architecture) else architecture
         files, left_out = select_upload_files(folder, code_files, [*(a.include or []), *(a.include_skipped or [])],
-                                              a.exclude)  # fmt: skip
+                                              a.exclude, with_head=head)  # fmt: skip
         custom = custom_code(folder, files)
         if custom and not a.allow_custom_code:
             raise CheckpointRefused(

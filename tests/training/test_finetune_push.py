@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,22 +46,18 @@ def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, m
         commits = api.list_repo_commits(REPO_ID)
         remote = set(api.list_repo_files(REPO_ID))
         published = Path(snapshot_download(REPO_ID, endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "published"))
+        found = [model.id for model in api.list_models(pipeline_tag="text-classification")]
+        by_id = run_pipeline(hub, tmp_path, env)
 
     assert [commit.title for commit in commits[:-1]] == ["End of training"]  # one commit after the repo's first
     assert (output / "checkpoint-3").is_dir() and (output / "training_args.bin").is_file()  # saved, never pushed
     code = {"norms.py", "modeling_bert_norm.py", "configuration_bert_norm.py", "version_guard.py"}
     tokenizer = {"tokenizer.json", "tokenizer_config.json"}
-    sentence_transformers = {*SENTENCE_TRANSFORMERS_FILES, "1_Pooling/config.json"}
     results = {"eval_results.json", "train_results.json", "all_results.json", "trainer_state.json"}
-    assert {
-        "config.json",
-        "model.safetensors",
-        "README.md",
-        *code,
-        *tokenizer,
-        *sentence_transformers,
-        *results,
-    } <= remote
+    assert {"config.json", "model.safetensors", "README.md", *code, *tokenizer, *results} <= remote
+    # the source's sentence-transformers files describe its encoder and pooling, not the classifier trained from it
+    assert not {*SENTENCE_TRANSFORMERS_FILES, "1_Pooling/config.json"} & remote
+    assert not (output / "modules.json").exists()
     assert not [name for name in remote if name.startswith("checkpoint-") or name.endswith((".bin", ".pt", ".pth"))]
 
     evaluation = json.loads((published / "eval_results.json").read_text())
@@ -70,9 +67,40 @@ def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, m
     assert card["model-index"][0]["results"][0]["dataset"]["type"] == "SetFit/bbc-news"
     assert card["base_model"] == SOURCE_ID and card["base_model_relation"] == "finetune"
     assert (card["license"], card["language"]) == ("apache-2.0", "en")  # from the source's card
-    assert card["library_name"] == "sentence-transformers" and "dtn" in card["tags"]
+    assert card["library_name"] == "transformers" and "dtn" in card["tags"]
+    assert card["pipeline_tag"] == "text-classification" and "sentence-transformers" not in card["tags"]
+    assert card["model-index"][0]["results"][0]["task"]["type"] == "text-classification"
+    assert REPO_ID in found
+    # pipeline(model=id), the task read from the Hub: the classifier's own prediction on a held-out article
+    assert by_id["task"] == "text-classification"
+    assert by_id["label"] == by_id["local_label"] and abs(by_id["score"] - by_id["local_score"]) <= 1e-5
 
     forms = token_forms(TOKEN)
     holding = [p.name for p in published.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
     assert holding == []
     assert not [form for form in text_token_forms(TOKEN) if form in done.stdout + done.stderr]
+
+
+PIPELINE_BY_ID = """
+import json, torch, hf_norms
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+from hf_norms import packaged
+text = packaged.bbc_news()[-1][0]
+pipe = pipeline(model=REPO_ID)
+answer = pipe(text, truncation=True, max_length=32)[0]
+tokenizer, model = AutoTokenizer.from_pretrained(OUTPUT), AutoModelForSequenceClassification.from_pretrained(OUTPUT)
+with torch.no_grad():
+    probabilities = model(**tokenizer(text, truncation=True, max_length=32, return_tensors="pt")).logits.softmax(-1)[0]
+best = int(probabilities.argmax())
+print(json.dumps({"task": pipe.task, "label": answer["label"], "score": answer["score"],
+                  "local_label": model.config.id2label[best], "local_score": float(probabilities[best])}))
+"""
+
+
+def run_pipeline(hub, tmp_path: Path, env: dict[str, str]) -> dict:
+    """`pipeline(model=REPO_ID)` in a fresh process pointed at the loopback Hub, beside the local output's answer."""
+    code = PIPELINE_BY_ID.replace("REPO_ID", repr(REPO_ID)).replace("OUTPUT", repr(str(tmp_path / "out")))
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "HF_TOKEN": TOKEN}, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
