@@ -73,8 +73,19 @@ def __dir__() -> list[str]:
 
 
 def register_with_transformers() -> None:
-    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for)."""
+    """Register hf-norms' configs and models with the Auto classes, and have their `push_to_hub` publish as
+    `hf-norms push` does, with the hf-norms card (what `import hf_norms` is for)."""
     __getattr__("register_auto_classes")()
+    from .models.modeling_norm_utils import NormPreTrainedMixin
+
+    NormPreTrainedMixin.hub_publisher = _push_model
+
+
+def _push_model(model: Any, repo_id: str, **options: Any) -> Any:
+    """`model.push_to_hub(repo_id, **options)` of an hf-norms model (`hf_norms.hub.model_push.push_model`)."""
+    from .hub.model_push import push_model as publish_model
+
+    return publish_model(model, repo_id, **options)
 
 
 def register_with_peft() -> None:
