@@ -64,7 +64,7 @@ from .card_facts import (
     without_local_paths,
 )
 from .model_card import render_model_card
-from .remote_code import custom_code, family_code
+from .remote_code import custom_code, family_code, processor_code
 from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
@@ -138,7 +138,8 @@ def model_class_of(folder: Path, config: dict[str, Any]) -> type:
 
 def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -> list[str]:
     """Raise CheckpointRefused unless the config's `auto_map` holds the family's full map (the saved head under its own
-    Auto class) and `folder` holds every remote-code file it reaches; returns those files' names."""
+    Auto class) and `folder` holds every remote-code file it and the image processor's `auto_map` reach; returns those
+    files' names."""
     expected, files = family_code(config["model_type"], model_class)
     auto_map = config.get("auto_map") or {}
     wrong = sorted(name for name, target in expected.items() if auto_map.get(name) != target)
@@ -147,6 +148,7 @@ def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -
             f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
             "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
         )
+    files |= processor_code(folder)
     missing = sorted(name for name in files if not (folder / name).is_file())
     if missing:
         raise CheckpointRefused(

@@ -69,6 +69,7 @@ from ..conversion.checkpoint_io import (
 )
 from ..conversion.sources import load_processor
 from ..errors import handled_errors, require_type
+from ..models.image_processing_norm import GrayscaleImageProcessor
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
 from ..redaction import redacted_output, tokens_redacted
@@ -130,12 +131,14 @@ class FinetuneResult:
 
 
 def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) -> Any:
-    """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]."""
+    """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]:
+    for a one-channel model, `GrayscaleImageProcessor`, which turns the RGB images `pipeline` opens into one channel."""
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source is not None and (model_args.image_processor_name or _has_file(source, "preprocessor_config.json")):
         return _processor(source, "image", model_args.token)
     size = config.image_size
-    return ViTImageProcessorPil(
+    processor_class = GrayscaleImageProcessor if config.num_channels == 1 else ViTImageProcessorPil
+    return processor_class(
         size={"height": size, "width": size},
         image_mean=[DEFAULT_PIXEL_MEAN_STD] * config.num_channels,
         image_std=[DEFAULT_PIXEL_MEAN_STD] * config.num_channels,

@@ -104,3 +104,67 @@ def run_pipeline(hub, tmp_path: Path, env: dict[str, str]) -> dict:
                           timeout=300, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+GRAY_REPO_ID = "org/fashion-vit-dyt"
+GRAYSCALE_PIPELINE = """
+import json
+from PIL import Image
+IMPORT_LINE
+from transformers import pipeline
+pipe = pipeline("image-classification", model=REPO_ID, **KWARGS)
+gray = Image.open(PHOTO)
+answers = [pipe(image, top_k=3) for image in (gray, gray.convert("RGB"), PHOTO)]
+print(json.dumps({"answers": answers, "processor": type(pipe.image_processor).__module__}))
+"""
+
+
+def test_a_grayscale_model_runs_in_the_image_classification_pipeline_by_id(tmp_path):
+    """The docs' Fashion-MNIST recipe (`num_channels=1`) pushed with `finetune --push_to_hub`: the published image
+    processor makes `pipeline("image-classification", model=id)` work on a grayscale image, its RGB copy and its path
+    (the pipeline opens images as RGB), with and without hf-norms, giving what the model gives on the pixels it was
+    trained on."""
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageClassification
+
+    from hf_norms import packaged
+    from hf_norms.demo import BLOCK_HF_NORMS
+    from hf_norms.models.image_processing_norm import GrayscaleImageProcessor
+
+    photo = tmp_path / "fashion.png"
+    Image.fromarray(packaged.fashion_mnist("test", limit=1)[0][0]).save(photo)
+    with HubServer(tmp_path / "hub", tokens=[TOKEN]) as hub:
+        env = {**os.environ, **hub.client_env(TOKEN), "HF_HOME": str(tmp_path / "hf-home")}
+        output = tmp_path / "out"
+        overrides = "image_size=28,patch_size=7,num_channels=1,hidden_size=32,num_hidden_layers=1,num_attention_heads=2"
+        command = [str(HF_NORMS_SCRIPT), "finetune", "--model_type", "vit_norm", "--norm_type", "dyt"]
+        command += ["--dataset", "packaged:fashion-mnist", "--config_overrides", f"{overrides},intermediate_size=64"]
+        command += ["--max_train_samples", "64", "--max_eval_samples", "16", "--max_steps", "2", "--use_cpu"]
+        command += ["--output_dir", str(output), "--report_to", "none", "--push_to_hub", "--hub_model_id", GRAY_REPO_ID]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = {}
+        for name, import_line, kwargs in (("hf_norms", "import hf_norms", "{}"),
+                                          ("remote", BLOCK_HF_NORMS, "{'trust_remote_code': True}")):  # fmt: skip
+            code = GRAYSCALE_PIPELINE.replace("IMPORT_LINE", import_line).replace("KWARGS", kwargs)
+            code = code.replace("REPO_ID", repr(GRAY_REPO_ID)).replace("PHOTO", repr(str(photo)))
+            ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                                 cwd=tmp_path)  # fmt: skip
+            assert ran.returncode == 0, ran.stderr[-3000:]
+            assert "Do you wish to run the custom code?" not in ran.stdout  # no prompt, whatever is installed
+            results[name] = json.loads(ran.stdout.strip().splitlines()[-1])
+
+    model = AutoModelForImageClassification.from_pretrained(output).eval()
+    pixels = GrayscaleImageProcessor.from_pretrained(output)(images=Image.open(photo), return_tensors="pt")
+    with torch.no_grad():
+        probabilities = model(**pixels).logits.softmax(-1)[0]
+    top = probabilities.topk(3)
+    expected = [(model.config.id2label[int(i)], float(p)) for p, i in zip(top.values, top.indices, strict=True)]
+    assert pixels["pixel_values"].shape == (1, 1, 28, 28)
+    for name, result in results.items():
+        for answer in result["answers"]:
+            assert [entry["label"] for entry in answer] == [label for label, _ in expected], name
+            assert max(abs(entry["score"] - p) for entry, (_, p) in zip(answer, expected, strict=True)) <= 1e-6
+    assert "transformers_modules" in results["remote"]["processor"]
+    assert results["hf_norms"]["processor"] == "hf_norms.models.image_processing_norm"
