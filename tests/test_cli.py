@@ -122,6 +122,21 @@ def test_the_auto_classes_are_registered_as_soon_as_transformers_is_imported(tmp
     assert result.stdout.split() == ["False", "True", "2"]
 
 
+REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS = """
+import sys
+import hf_norms
+from hf_norms.models import auto_registration  # transformers' first import happens inside it
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+print("vit_norm" in CONFIG_MAPPING)
+"""
+
+
+def test_the_auto_classes_are_registered_when_hf_norms_imports_transformers_first():
+    result = subprocess.run([sys.executable, "-c", REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert result.stdout.split() == ["True"] and "could not register" not in result.stderr, result.stderr
+
+
 REGISTER_WHEN_PEFT_IS_IMPORTED = """
 import importlib.util
 import hf_norms

@@ -21,6 +21,7 @@ from huggingface_hub import ModelCard
 
 from ..conversion.sources import sentence_transformers_max_length
 from ..models.norm_options import NormOptions
+from ..models.norm_registry import STOCK
 from ..version import VERSION
 from .arguments import CardArguments
 
@@ -376,7 +377,7 @@ def gather_card_facts(
         repo_id=repo_id,
         model_type=model_type,
         architecture=architecture,
-        norm_type=config.get("norm_type", "layernorm"),
+        norm_type=config.get("norm_type", STOCK),
         norm_options=non_default_norm_options(config),
         base_model=card.base_model or own.get("base_model") or (source if looks_like_repo_id(source) else None),
         license=card.license or inherited.get("license"),

@@ -3,7 +3,7 @@
 transformers' `PushToHubMixin.push_to_hub` saves the model to a temporary folder and uploads it with its stock card
 ("[More Information Needed]", no norm_type, no pipeline_tag). Once `import hf_norms` has run, every hf-norms model
 class hands the call to `push_model` instead (`NormPreTrainedMixin.hub_publisher`, set by
-`hf_norms.register_with_transformers`; remote code run without hf-norms keeps transformers' push): the model is saved
+`hf_norms.install_hub_publisher`; remote code run without hf-norms keeps transformers' push): the model is saved
 to a temporary folder with what the folder it was loaded from holds beside its weights (tokenizer or image processor,
 conversion report), and that folder is published by `publish`, so the card is the one `hf-norms push` renders and
 names the base model, license and language the Trainer's card would (`card_facts.source_lineage`).

@@ -47,9 +47,11 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 
-from ..conversion.checkpoint_io import check_model_fits, check_source_config, check_weights
+from ..conversion.checkpoint_io import check_weights
+from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError, require_type
 from ..models.auto_registration import MODEL_CLASSES
+from ..models.norm_registry import STOCK
 from ..redaction import tokens_redacted
 from ..version import VERSION
 from .arguments import PushArguments
@@ -284,7 +286,7 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
         render_card = not excluded(CARD_NAME, a.exclude)
         card = render_model_card(gather_card_facts(folder, a.repo_id, a.card(), sorted(custom))) if render_card else ""
         message = a.commit_message or (
-            f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
+            f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', STOCK)}) with hf-norms {VERSION}"
         )
         texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
         texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}

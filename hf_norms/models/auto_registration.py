@@ -1,6 +1,8 @@
 """The hf-norms model classes by name, and their registration with transformers' Auto classes.
 
-Not part of the remote-code set (no model file imports it): `import hf_norms` calls `register_auto_classes()`.
+Not part of the remote-code set (no model file imports it). Importing it registers (`register_auto_classes()`, at its
+end): `import hf_norms` imports it as soon as transformers is imported, and a module that imports it before
+transformers (the first import of transformers then happens inside it) registers all the same.
 
 Besides each hf-norms config and its heads, every Auto class that has an hf-norms head takes norm options for the
 family's stock checkpoints: `AutoModel.from_pretrained("path/to/bert", norm_type="dtn")` gives the `BertNormModel` that
@@ -127,3 +129,6 @@ def register_auto_classes() -> None:
             auto_class = getattr(transformers, auto_class_name)
             auto_class.register(config_class, classes[0] if len(classes) == 1 else classes, exist_ok=True)
             register_stock_routers(auto_class, config_class, classes)
+
+
+register_auto_classes()

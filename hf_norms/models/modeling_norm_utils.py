@@ -23,6 +23,7 @@ from transformers.conversion_mapping import (
 
 from .layernorm_loading import held_back, layernorm_loading_options, load_report_of, replace_load_notices
 from .norm_options import NormOptions
+from .norm_registry import STOCK
 from .norms import init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
@@ -71,10 +72,10 @@ class NormPreTrainedMixin:
         without a `config`) is loaded by `from_layernorm_checkpoint`, which keeps its function wherever the mathematics
         allows."""
         norm_type = kwargs.get("norm_type")
-        if norm_type not in (None, "layernorm") and kwargs.get("config") is None and pretrained_model_name_or_path:
+        if norm_type not in (None, STOCK) and kwargs.get("config") is None and pretrained_model_name_or_path:
             hub_options = {key: kwargs[key] for key in HUB_OPTIONS if key in kwargs}
             stored, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_options)
-            if stored.get("norm_type", "layernorm") == "layernorm":
+            if stored.get("norm_type", STOCK) == STOCK:
                 return cls.from_layernorm_checkpoint(pretrained_model_name_or_path, *model_args, **kwargs)
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
@@ -94,7 +95,7 @@ class NormPreTrainedMixin:
         `config` is the checkpoint's own config as already read, with the caller's other keywords applied (the Auto
         classes pass the stock config they read); the norm options are set on a copy of it in this family's config.
         """
-        norm_type = kwargs.get("norm_type", "layernorm")
+        norm_type = kwargs.get("norm_type", STOCK)
         kwargs.update(layernorm_loading_options(norm_type, explicit=kwargs))
         if config is not None:
             options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
