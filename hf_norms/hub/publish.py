@@ -10,8 +10,9 @@
    processor that loads;
 2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of (its sentence-transformers
    files only where they describe it: a bare model, not a head, `card_facts.sentence_transformers_model`), plus what
-   `include` adds, less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
-   the card; a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+   `include` adds, less what `exclude` removes; everything else is listed as not uploaded. The folder's own
+   README.md is replaced by the card; a symbolic link is uploaded only if it leads to a file inside the folder, and
+   refuses the push otherwise;
 3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
    an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
    `allow_custom_code`, which the card then states;

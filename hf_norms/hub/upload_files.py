@@ -1,14 +1,15 @@
 """Which files of a checkpoint folder are published, and the check that the Hub token is in none of them.
 
 A push uploads what a checkpoint is made of (`CHECKPOINT_FILES`, the files of the sentence-transformers modules that
-modules.json names when they describe the model, its remote code) and lists every other file as not uploaded, whatever its name or content.
-`include` patterns add files and `exclude` patterns remove any, matched as `hf upload` matches them (fnmatch on the path
-inside the folder, `*` crossing `/`, `sub/` a folder); an include pattern that matches nothing is an error. The
-folder's README.md is never uploaded: the rendered card takes its place. A symbolic link that would be uploaded must
-lead to a regular file inside the folder (it is uploaded with that file's bytes), else it refuses the push; links are
-never followed out of the folder, nor into folders. Every file to upload is read once (`screen_files`): one whose
-content hf-norms never publishes (`content_checks`) is left out and listed; the token in any of its forms, in a file's
-bytes or path or in a text the push publishes, refuses the push; so does a token too short to be told from chance.
+modules.json names when they describe the model, its remote code) and lists every other file as not uploaded,
+whatever its name or content. `include` patterns add files and `exclude` patterns remove any, matched as `hf upload`
+matches them (fnmatch on the path inside the folder, `*` crossing `/`, `sub/` a folder); an include pattern that
+matches nothing is an error. The folder's README.md is never uploaded: the rendered card takes its place. A symbolic
+link that would be uploaded must lead to a regular file inside the folder (it is uploaded with that file's bytes),
+else it refuses the push; links are never followed out of the folder, nor into folders. Every file to upload is read
+once (`screen_files`): one whose content hf-norms never publishes (`content_checks`) is left out and listed; the
+token in any of its forms, in a file's bytes or path or in a text the push publishes, refuses the push; so does a
+token too short to be told from chance.
 """
 
 from __future__ import annotations
