@@ -125,16 +125,25 @@ def test_the_auto_classes_are_registered_as_soon_as_transformers_is_imported(tmp
 REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS = """
 import sys
 import hf_norms
-from hf_norms.models import auto_registration  # transformers' first import happens inside it
+{first}  # transformers' first import happens inside an hf-norms module
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-print("vit_norm" in CONFIG_MAPPING)
+print("vit_norm" in CONFIG_MAPPING, "bert_norm" in CONFIG_MAPPING)
 """
 
 
-def test_the_auto_classes_are_registered_when_hf_norms_imports_transformers_first():
-    result = subprocess.run([sys.executable, "-c", REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS],
-                            capture_output=True, text=True, check=True)  # fmt: skip
-    assert result.stdout.split() == ["True"] and "could not register" not in result.stderr, result.stderr
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from hf_norms.models import auto_registration",
+        "from hf_norms import ViTNormModel",
+        "from hf_norms.models.configuration_bert_norm import BertNormConfig",
+    ],
+)
+def test_the_auto_classes_are_registered_when_hf_norms_imports_transformers_first(first):
+    """Registration waits until the hf-norms module that imported transformers has finished."""
+    script = REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS.format(first=first)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["True", "True"] and "could not register" not in result.stderr, result.stderr
 
 
 REGISTER_WHEN_PEFT_IS_IMPORTED = """

@@ -12,7 +12,8 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import os
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from transformers import modeling_utils
 from transformers.conversion_mapping import (
@@ -50,6 +51,8 @@ class NormPreTrainedMixin:
       keeps its function wherever the mathematics allows (the Auto classes call it for stock checkpoints).
     - `save_pretrained` writes the runtime key layout (which the Trainer's best-model reload and resume load fully,
       unlike transformers' default 4.x layout), the full `auto_map` of the family and the flat remote-code files.
+    - `push_to_hub(repo_id, ...)` publishes as `hf-norms push` does, with the hf-norms card, once `import hf_norms` has
+      set `hub_publisher`; transformers' push, with its stock card, otherwise.
     - `accepts_loss_kwargs = False`: every head's loss is the mean over its own batch. A `forward` taking `**kwargs`
       would otherwise make the Trainer pass `num_items_in_batch` and multiply the returned loss by the world size,
       which only undoes a loss divided by the global item count (BERT's heads, the MIM heads and the regression and
@@ -59,6 +62,9 @@ class NormPreTrainedMixin:
 
     family_auto_map: ClassVar[dict[str, str]] = {}
     accepts_loss_kwargs: ClassVar[bool] = False
+    # `publisher(model, repo_id, **options)`, set by `import hf_norms` (`hf_norms.hub.model_push.push_model`): how
+    # `push_to_hub` publishes. None where this file runs as remote code without hf-norms: transformers' push.
+    hub_publisher: ClassVar[Callable[..., Any] | None] = None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -127,3 +133,11 @@ class NormPreTrainedMixin:
     ):
         self.config.auto_map = dict(self.family_auto_map)
         return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+
+    def push_to_hub(self, repo_id: str, **options: Any) -> Any:
+        """Publish the model with the hf-norms card (`hub_publisher`), else as transformers does; `options` are
+        transformers' `push_to_hub` keywords."""
+        publisher = NormPreTrainedMixin.hub_publisher
+        if publisher is None:
+            return super().push_to_hub(repo_id, **options)
+        return publisher(self, repo_id, **options)
