@@ -76,6 +76,22 @@ def looks_like_a_path(text: str) -> bool:
     return text.startswith((".", "/", "~")) or text.endswith(("/", os.sep)) or text.count("/") != 1 or "\\" in text
 
 
+def check_source_name(text: str) -> bool:
+    """Whether the source `text` is a local folder (True) or a Hub id (False); anything else, a file or a path that
+    does not exist, is a `ConversionError` naming it. Reads no file and imports nothing, so the command line refuses
+    a mistyped path before it imports torch."""
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise ConversionError(f"Source {text!r} is a file; give the checkpoint folder that holds config.json.")
+        return True
+    if looks_like_a_path(text) or not HUB_ID.match(text):
+        raise ConversionError(
+            f"There is no folder {str(local.resolve())!r}; give an existing checkpoint folder, or a Hub id 'org/name'."
+        )
+    return False
+
+
 def resolve_source(
     source: str | os.PathLike,
     revision: str | None = None,
@@ -86,16 +102,10 @@ def resolve_source(
     loads them (see the module docstring). A name that looks like a path is never sent to the Hub."""
     text = str(source)
     local = Path(text).expanduser()
-    if local.exists():
-        if not local.is_dir():
-            raise ConversionError(f"Source {text!r} is a file; give the checkpoint folder that holds config.json.")
+    if check_source_name(text):
         if revision is not None:
             raise ConversionError(f"--revision applies to Hub ids only, but {text!r} is a local folder.")
         path, commit = local.resolve(), None
-    elif looks_like_a_path(text) or not HUB_ID.match(text):
-        raise ConversionError(
-            f"There is no folder {str(local.resolve())!r}; give an existing checkpoint folder, or a Hub id 'org/name'."
-        )
     else:
         path, commit = _download(text, revision, token)
     if not (path / "config.json").is_file():

@@ -243,6 +243,11 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
+def pushed_line(folder: str | os.PathLike[str], repo_id: str, commit: CommitInfo) -> str:
+    """The one line `hf-norms push` and `hf-norms finetune --push_to_hub` print: what was pushed, where, as what."""
+    return f"Pushed {folder} to {repo_id}: commit {commit.oid} ({commit.commit_url})"
+
+
 def push_to_hub(folder: str | os.PathLike[str], repo_id: str, **options: Any) -> CommitInfo | list[str]:
     """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring and
     `publish`. `options` are the fields of `PushArguments` (`token`, `revision`, `include`, `exclude`,

@@ -85,7 +85,7 @@ def stock_router(stock_class: type, norm_class: type) -> type:
         options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
         if not options:
             return stock_class._from_config(config, **kwargs)
-        return norm_class._from_config(norm_class.config_class.from_dict({**config.to_dict(), **options}), **kwargs)
+        return norm_class._from_config(norm_class.config_class.from_stock_config(config, **options), **kwargs)
 
     attributes = {
         "__module__": stock_class.__module__,

@@ -99,7 +99,7 @@ class NormPreTrainedMixin:
         kwargs.update(layernorm_loading_options(norm_type, explicit=kwargs))
         if config is not None:
             options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
-            config = cls.config_class.from_dict({**config.to_dict(), **options})
+            config = cls.config_class.from_stock_config(config, **options)
         output_loading_info = kwargs.pop("output_loading_info", False)
         with held_back(modeling_utils.logger, load_report_of(cls)) as reports:
             model, info = super().from_pretrained(

@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 
 import datasets
 import torch
-from huggingface_hub import get_token
+from huggingface_hub import CommitInfo, get_token
 from transformers import (
     AutoImageProcessor,
     AutoTokenizer,
@@ -69,6 +69,7 @@ from ..conversion.checkpoint_io import (
 )
 from ..conversion.sources import load_processor
 from ..errors import handled_errors, require_type
+from ..hub.publish import pushed_line
 from ..models.image_processing_norm import GrayscaleImageProcessor
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
@@ -106,7 +107,7 @@ from .model_setup import (
     model_family,
 )
 from .sync_batchnorm import convert_sync_batchnorm
-from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card
+from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card, only_the_trainers_bar
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class FinetuneResult:
     trainer: NormTrainer
     train_metrics: dict[str, float]
     eval_metrics: dict[str, float] | None
+    pushed: CommitInfo | None = None  # the commit of `push_to_hub` (None without it, and on other processes)
 
 
 def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) -> Any:
@@ -388,7 +390,8 @@ def finetune(
         callbacks=[NormStateCallback()],
     )
 
-    train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
+    with only_the_trainers_bar():  # checkpoint saves and the best model's reload draw no bar over the Trainer's
+        train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
     trainer.save_model()
     trainer.log_metrics("train", train_metrics)
     trainer.save_metrics("train", train_metrics)
@@ -400,11 +403,12 @@ def finetune(
         trainer.save_metrics("eval", eval_metrics)
     # The card, as transformers' example scripts write it; with push_to_hub, one push of the finished folder (weights,
     # code, tokenizer or image processor, metrics, card): NormTrainer pushes nothing before.
+    pushed = None
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset=data_args.dataset)
+        pushed = trainer.push_to_hub(dataset=data_args.dataset)
     else:
         create_trainer_model_card(trainer, dataset=data_args.dataset)
-    return FinetuneResult(trainer, train_metrics, eval_metrics)
+    return FinetuneResult(trainer, train_metrics, eval_metrics, pushed)
 
 
 def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> None:
@@ -467,7 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     with redacted_output(argv), handled_errors("hf-norms finetune") as outcome:
         model_args, data_args, output_args, training_args = parsed_arguments(parser, argv)
         with tokens_redacted(model_args.token, training_args.hub_token, get_token()):
-            finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
+            result = finetune(
+                model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir
+            )
+            if result.pushed is not None:
+                print(pushed_line(training_args.output_dir, result.trainer.hub_model_id, result.pushed), flush=True)
     return outcome.status
 
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,6 +206,20 @@ def test_metric_modules_load_from_the_package(name):
     metric = load_metric(name)
     source = inspect.getsource(type(metric))
     assert source in (METRICS_DIR / f"{name}.py").read_text()
+
+
+def test_the_documented_evaluate_load_of_a_metric_module_runs(tmp_path):
+    """The example of docs/fine-tuning.md, as a user pastes it into a fresh interpreter: `evaluate.load` of the module's
+    path, and the F1 it prints is scikit-learn's."""
+    from sklearn.metrics import f1_score
+
+    page = (Path(__file__).parents[2] / "docs" / "fine-tuning.md").read_text()
+    example = page.split("## The metric modules with `evaluate`", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = done.stdout.splitlines()
+    assert printed[0] == str({"f1": f1_score([0, 2, 2, 1], [0, 1, 2, 2], average="macro")}) == "{'f1': 0.5}"
+    assert printed[1].strip()
 
 
 def test_accuracy_and_f1_match_scikit_learn():

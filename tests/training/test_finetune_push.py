@@ -35,21 +35,27 @@ def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, m
         assert "models--org--tiny-minilm/snapshots/" in snapshot
         env = {**os.environ, **hub.client_env(), "HF_HOME": str(tmp_path / "hf-home")}  # no HF_TOKEN, no stored login
         env.pop("HF_TOKEN", None)
+        env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)  # the bars a user sees
         output = tmp_path / "out"
         command = [str(HF_NORMS_SCRIPT), "finetune", "--model_name_or_path", snapshot, "--norm_type", "dtn"]
         command += ["--dataset", "packaged:bbc-news", "--max_train_samples", "48", "--max_eval_samples", "16"]
         command += ["--max_seq_length", "32", "--max_steps", "3", "--per_device_train_batch_size", "8", "--use_cpu"]
         command += ["--save_steps", "1", "--output_dir", str(output), "--report_to", "none", "--push_to_hub"]
-        command += ["--hub_model_id", REPO_ID, "--hub_token", TOKEN]
+        command += ["--hub_model_id", REPO_ID, "--hub_token", TOKEN, "--disable_tqdm", "false"]
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         commits = api.list_repo_commits(REPO_ID)
         remote = set(api.list_repo_files(REPO_ID))
         published = Path(snapshot_download(REPO_ID, endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "published"))
+        commit_url = f"{hub.url}/{REPO_ID}/commit/{commits[0].commit_id}"
         found = [model.id for model in api.list_models(pipeline_tag="text-classification")]
         by_id = run_pipeline(hub, tmp_path, env)
 
     assert [commit.title for commit in commits[:-1]] == ["End of training"]  # one commit after the repo's first
+    training = done.stderr[done.stderr.index("0/3 [") : done.stderr.rindex("3/3 [")]  # the Trainer's bar, 3 steps
+    assert "Writing model shards" not in training and "Loading weights" not in training  # 3 checkpoints saved in it
+    pushed = [line for line in done.stdout.splitlines() if line.startswith("Pushed ")]
+    assert pushed == [f"Pushed {output} to {REPO_ID}: commit {commits[0].commit_id} ({commit_url})"]
     assert (output / "checkpoint-3").is_dir() and (output / "training_args.bin").is_file()  # saved, never pushed
     code = {"norms.py", "modeling_bert_norm.py", "configuration_bert_norm.py", "version_guard.py"}
     tokenizer = {"tokenizer.json", "tokenizer_config.json"}
