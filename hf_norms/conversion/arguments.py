@@ -195,7 +195,7 @@ class HealArguments:
     )
     head_weight: float = option("weight of the [CLS] final state and pooler output errors (what stock heads read)", 1.0)
     student_dropout: bool = option(
-        "train the student with its config's dropout (--no-student-dropout: without; it then fine-tunes worse with "
+        "train the student with its source's dropout (--no-student-dropout: without; it then fine-tunes worse with "
         "dropout on)",
         True,
     )

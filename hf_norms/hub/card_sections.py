@@ -86,6 +86,8 @@ def provenance(facts: CardFacts) -> list[str]:
                 f"Healed by distillation from the source ({h['loss']}) on {examples}: "
                 f"{plural(h['steps'], 'step')}, {h['seconds']:.0f} s."
             )
+        if report.get("fine_tuning_config"):
+            steps.append(fine_tuning_config_note(report["fine_tuning_config"]))
     if facts.training is not None:
         run = facts.training
         detail = ", ".join(
@@ -101,6 +103,19 @@ def provenance(facts: CardFacts) -> list[str]:
             f"{f' ({detail})' if detail else ''}."
         )
     return [*steps, *facts.notes]
+
+
+def fine_tuning_config_note(record: dict[str, Any]) -> str:
+    """Why the config holds other values than the source's (`convert.set_fine_tuning_config`), and how to undo it."""
+    names = " and ".join(f"`{name}`" for name in record["config"])
+    values = ", ".join(f"{name}={value}" for name, value in record["config"].items())
+    source = ", ".join(f"{name}={value}" for name, value in record["source_values"].items())
+    return (
+        f"The config sets {names} to what this checkpoint fine-tunes best with ({values}; the source's: {source}), so "
+        f"that the plain `Trainer` and any other tool fine-tune it that way: {record['reason']}. Inference is "
+        f"unchanged (dropout acts only in training). To fine-tune with the source's values, pass {source} to "
+        "`from_pretrained`."
+    )
 
 
 def layers_kept(facts: CardFacts, report: dict[str, Any]) -> str:
