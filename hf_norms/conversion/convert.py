@@ -38,7 +38,7 @@ from torch import nn
 from ..errors import ConversionError, one_line, require_type
 from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_options import NormOptions
-from ..models.norms import NORM_TYPES, NormSpec, fine_tuning_config, function_preserving_options, norm_spec
+from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
 from ..version import VERSION
 from .arguments import ConversionOptions, ConvertArguments, split_options
@@ -50,8 +50,9 @@ from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
-from .report import write_report
+from .report import set_fine_tuning_config, write_report
 from .residual_stream import center_residual_stream
+from .retrieval import RetrievalCheck, measure_retrieval
 from .sharded import MappedWeights, drop_pages_after_reading, pages_dropped_after_use, save_like_source
 from .sources import (
     SourceModel,
@@ -324,6 +325,8 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
     report["source_revision"] = checkpoint.revision
+    retrieval = RetrievalCheck.load(checkpoint.path, a.retrieval_samples, a.batch_size)
+    measure_retrieval(report, retrieval, student, teacher)
     set_fine_tuning_config(student, report)
     with planned.staged("convert") as staging:
         if weights:
@@ -455,27 +458,6 @@ def fold_and_check(model: nn.Module, batches: list[dict]) -> dict[str, Any]:
         "max_abs_output": max(ref.abs().max().item() for ref in before),  # float32 rounding scales with this
         "max_abs_diff_to_float64": {"unfolded": max_diff(before, exact), "folded": max_diff(after, exact)},
     }
-
-
-def set_fine_tuning_config(model: nn.Module, report: dict[str, Any]) -> None:
-    """Set in `model.config`, the config saved with it, the values its norms fine-tune best with
-    (`NormSpec.fine_tuning_config`: DyT and Derf, no dropout), so that the plain `Trainer` and any other tool fine-tune
-    the saved checkpoint with them; record them in `report["fine_tuning_config"]` with the source's values (what `heal`
-    trains with) and why. The modules keep what they were built with: the model in memory is unchanged."""
-    chosen, specs = fine_tuning_config(model.config)
-    if not chosen:
-        return
-    recorded = report.get("fine_tuning_config") or {}
-    report["fine_tuning_config"] = {
-        "config": {**recorded.get("config", {}), **chosen},
-        "source_values": {
-            **{name: getattr(model.config, name) for name in chosen},
-            **recorded.get("source_values", {}),
-        },
-        "reason": "; ".join(dict.fromkeys(spec.fine_tuning_reason for spec in specs)),
-    }
-    for name, value in chosen.items():
-        setattr(model.config, name, value)
 
 
 def save_checkpoint(model: nn.Module, processor, folder: Path) -> None:

@@ -57,7 +57,7 @@ from .checkpoint_io import (
     resolve_source,
     set_aside_newer_checkpoints,
 )
-from .convert import NEW_PARAMETER_SUFFIXES, data_places, save_checkpoint, set_fine_tuning_config
+from .convert import NEW_PARAMETER_SUFFIXES, data_places, save_checkpoint
 from .data import (
     Examples,
     encode_batches,
@@ -77,7 +77,8 @@ from .distillation import (
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .processes import Processes
-from .report import REPORT_JSON, read_report, write_report
+from .report import REPORT_JSON, read_report, set_fine_tuning_config, write_report
+from .retrieval import RetrievalCheck, measure_retrieval
 from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
 from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
@@ -120,6 +121,7 @@ class HealingRun:
     teacher: nn.Module
     checks: Any
     max_length: int
+    retrieval: RetrievalCheck | None
 
     @classmethod
     def prepare(cls, a: HealArguments) -> HealingRun:
@@ -150,8 +152,10 @@ class HealingRun:
         checks = checks_for_report(report, processor, modality, a.ood_evaluation_data, a.probe_data, a.batch_size,
                                    evaluation)  # fmt: skip
         teacher = load_teacher(source, source_model)
+        retrieval = RetrievalCheck.load(source.path, (report.get("retrieval_evaluation") or {}).get("samples", 0),
+                                        a.batch_size)  # fmt: skip
         return cls(a, device, processes, folder, report, places, modality, processor, evaluation, examples, student,
-                   teacher, checks, max_length)  # fmt: skip
+                   teacher, checks, max_length, retrieval)  # fmt: skip
 
 
 def heal_folder(arguments: HealArguments) -> dict[str, Any]:
@@ -187,6 +191,7 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
     if processes.is_main:
         report, examples = run.report, run.examples
         measure_healed(report, student, run.teacher, run.processor, run.evaluation, run.checks, a.batch_size)
+        measure_retrieval(report, run.retrieval, student, run.teacher)
         report["healing"] = {
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
             "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
