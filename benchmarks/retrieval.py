@@ -30,14 +30,19 @@ def scores(model: SentenceTransformer, queries: list[str], documents: list[str])
     return rank_scores(embed(queries), embed(documents))
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.retrieval`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--source", type=Path, default=None, help="default: the packaged all-MiniLM-L6-v2")
     parser.add_argument("--pairs", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     sets = retrieval_sets(args.pairs)
     source = SentenceTransformer(str(args.source or packaged.minilm_path()), device="cpu")
