@@ -47,13 +47,14 @@ import torch
 from PIL import Image
 
 from hf_norms import packaged
-from hf_norms.conversion.checkpoint_io import ConversionError, check_config_values, read_json_object
+from hf_norms.conversion.config_checks import check_config_values
 from hf_norms.conversion.convert import convert
 from hf_norms.conversion.healing import heal
 from hf_norms.conversion.report import read_report, record_fine_tuning
-from hf_norms.errors import handled_errors
+from hf_norms.errors import ConversionError, handled_errors
 from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import push_to_hub
+from hf_norms.readers import read_json_object
 
 RECIPES = Path(__file__).resolve().parent
 CARDS = RECIPES.parent / "model_cards"

@@ -73,8 +73,23 @@ def __dir__() -> list[str]:
 
 
 def register_with_transformers() -> None:
-    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for)."""
-    __getattr__("register_auto_classes")()
+    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for): importing
+    `models.auto_registration` registers them, at its end, also when transformers' first import is its own."""
+    importlib.import_module(".models.auto_registration", __name__)
+
+
+def install_hub_publisher() -> None:
+    """Have every hf-norms model's `push_to_hub` publish as `hf-norms push` does, with the hf-norms card
+    (`NormPreTrainedMixin.hub_publisher`), once the module that defines them has run."""
+    module = importlib.import_module(".models.modeling_norm_utils", __name__)
+    module.NormPreTrainedMixin.hub_publisher = _push_model
+
+
+def _push_model(model: Any, repo_id: str, **options: Any) -> Any:
+    """`model.push_to_hub(repo_id, **options)` of an hf-norms model (`hf_norms.hub.model_push.push_model`)."""
+    from .hub.model_push import push_model
+
+    return push_model(model, repo_id, **options)
 
 
 def register_with_peft() -> None:
@@ -87,3 +102,4 @@ install_moved_module_finder()
 # `import hf_norms` imports neither, so the command line answers at once and a user pays for what they use.
 when_imported("transformers", register_with_transformers)
 when_imported("peft", register_with_peft)
+when_imported(f"{__name__}.models.modeling_norm_utils", install_hub_publisher)

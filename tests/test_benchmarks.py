@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks import conversion, large_checkpoints, norm_layers, whole_models
+from benchmarks import conversion, first_hour_timings, large_checkpoints, norm_layers, whole_models
 
 
 def test_norm_layer_benchmark_runs(capsys):
@@ -22,6 +22,14 @@ def test_norm_layer_benchmark_runs(capsys):
     ):
         assert f"| {name} |" in printed
     assert printed.count("ratio to layernorm") == 4  # fp32 and bf16, forward and forward+backward
+
+
+def test_first_hour_benchmark_runs(capsys):
+    """Its candidates are real processes that must exit as expected (0 for --version, 2 for an option typo)."""
+    first_hour_timings.main(["--smoke"])
+    printed = capsys.readouterr().out
+    for name in ("hf-norms --version", "convert, option typo", "import hf_norms"):
+        assert f"| {name} |" in printed
 
 
 @pytest.mark.slow

@@ -122,6 +122,30 @@ def test_the_auto_classes_are_registered_as_soon_as_transformers_is_imported(tmp
     assert result.stdout.split() == ["False", "True", "2"]
 
 
+REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS = """
+import sys
+import hf_norms
+{first}  # transformers' first import happens inside an hf-norms module
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+print("vit_norm" in CONFIG_MAPPING, "bert_norm" in CONFIG_MAPPING)
+"""
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from hf_norms.models import auto_registration",
+        "from hf_norms import ViTNormModel",
+        "from hf_norms.models.configuration_bert_norm import BertNormConfig",
+    ],
+)
+def test_the_auto_classes_are_registered_when_hf_norms_imports_transformers_first(first):
+    """Registration waits until the hf-norms module that imported transformers has finished."""
+    script = REGISTER_WHEN_TRANSFORMERS_IS_FIRST_IMPORTED_BY_HF_NORMS.format(first=first)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["True", "True"] and "could not register" not in result.stderr, result.stderr
+
+
 REGISTER_WHEN_PEFT_IS_IMPORTED = """
 import importlib.util
 import hf_norms
@@ -333,3 +357,42 @@ def test_no_public_function_takes_more_than_8_parameters():
                 count += bool(arguments.vararg) + bool(arguments.kwarg) - (arguments.args[:1] != [] and
                                                                          arguments.args[0].arg in ("self", "cls"))  # fmt: skip
                 assert count <= 8, f"{path}:{function.lineno} {function.name} takes {count} parameters"
+
+
+PATH_TYPOS = [
+    ["convert", "./no-such-folder", "--norm_type", "dtn", "--output", "out"],
+    ["convert", "models/vit/dtn", "--norm-type", "dtn", "--output", "out"],
+    ["finetune", "--model_name_or_path", "./no-such-folder", "--norm_type", "dtn", "--output_dir", "out"],
+    ["finetune", "--output_dir", "out", "--model-name-or-path=~/no-such-folder"],
+]
+PATH_TYPOS_WITHOUT_IMPORTS = f"""
+import contextlib, io, json, sys
+sys.argv[0] = {str(HF_NORMS_SCRIPT)!r}
+from hf_norms import cli
+answers = []
+for argv in {PATH_TYPOS!r}:
+    with contextlib.redirect_stderr(io.StringIO()) as stderr:
+        status = cli.main(argv)
+    answers.append([status, stderr.getvalue()])
+print(json.dumps([answers, sorted(name for name in ("torch", "transformers", "datasets") if name in sys.modules)]))
+"""
+
+
+def test_a_mistyped_source_folder_is_one_line_before_torch_is_imported(tmp_path):
+    """`hf-norms convert ./typo ...` and `hf-norms finetune --model_name_or_path ./typo ...` answer as an option typo
+    does: one line, status 2, before torch or transformers is imported (they took 11 and 14 s)."""
+    result = subprocess.run([sys.executable, "-c", PATH_TYPOS_WITHOUT_IMPORTS], capture_output=True, text=True,
+                            cwd=tmp_path, check=True)  # fmt: skip
+    answers, imported = json.loads(result.stdout)
+    home = Path("~").expanduser()
+    assert answers == [
+        [2, f"hf-norms convert: error: There is no folder '{tmp_path / 'no-such-folder'}'; give an existing "
+            "checkpoint folder, or a Hub id 'org/name'.\n"],
+        [2, f"hf-norms convert: error: There is no folder '{tmp_path / 'models/vit/dtn'}'; give an existing "
+            "checkpoint folder, or a Hub id 'org/name'.\n"],
+        [2, f"hf-norms finetune: error: There is no checkpoint folder '{tmp_path / 'no-such-folder'}'; check "
+            "--model_name_or_path.\n"],
+        [2, f"hf-norms finetune: error: There is no checkpoint folder '{home / 'no-such-folder'}'; check "
+            "--model_name_or_path.\n"],
+    ]  # fmt: skip
+    assert imported == []

@@ -195,3 +195,16 @@ def test_the_install_commands_pin_the_test_extras():
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     for command in (packaged.SCIKIT_IMAGE_PIP, packaged.SCIKIT_LEARN_PIP, packaged.ONNX_PIP):
         assert f'"{command.removeprefix("pip install ")}"' in pyproject, command
+
+
+def test_minilm_path_loads_in_sentence_transformers_as_the_mean_pooled_model():
+    """`SentenceTransformer(packaged.minilm_path())`, as a user writes it, gives MiniLM's normalised mean-pooled
+    embeddings."""
+    from sentence_transformers import SentenceTransformer
+
+    sentences = ["A cat sits on the mat.", "Shares fell sharply on Monday."]
+    embedded = torch.as_tensor(SentenceTransformer(packaged.minilm_path(), device="cpu").encode(sentences))
+    model = AutoModel.from_pretrained(packaged.minilm_path()).eval()
+    expected = mean_pooled(model, AutoTokenizer.from_pretrained(packaged.minilm_path()), sentences)
+    assert embedded.shape == (2, 384)
+    assert torch.allclose(embedded, expected, atol=1e-5), (embedded - expected).abs().max()

@@ -50,13 +50,12 @@ from ..output_folders import (
 from .arguments import HealArguments
 from .checkpoint_io import (
     ConversionError,
-    check_model_fits,
-    check_source_config,
     check_weights,
     last_complete_checkpoint,
     resolve_source,
     set_aside_newer_checkpoints,
 )
+from .config_checks import check_model_fits, check_source_config
 from .convert import NEW_PARAMETER_SUFFIXES, data_places, save_checkpoint
 from .data import (
     Examples,

@@ -21,7 +21,8 @@ from ..models.auto_registration import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..output_folders import copy_checkpoint_files
 from ..readers import read_json, read_json_object
-from .checkpoint_io import SourceCheckpoint, check_model_fits
+from .checkpoint_io import SourceCheckpoint
+from .config_checks import check_model_fits
 
 # source config model_type -> (family, class-name prefix of the stock classes)
 SOURCE_TYPES = {

@@ -21,6 +21,7 @@ from huggingface_hub import ModelCard
 
 from ..conversion.sources import sentence_transformers_max_length
 from ..models.norm_options import NormOptions
+from ..models.norm_registry import STOCK
 from ..version import VERSION
 from .arguments import CardArguments
 
@@ -98,7 +99,7 @@ class CardFacts:
     notes: list[str]
     hf_norms_version: str
     without_pooler: bool = False  # a bare model saved without pooler weights (e.g. DINOv2 has no pooler)
-    sentence_transformers: bool = False  # the folder is a sentence-transformers model (modules.json, pooling, ...)
+    sentence_transformers: bool = False  # its sentence-transformers files describe it (`sentence_transformers_model`)
     max_seq_length: int | None = None  # the tokens per text such a model runs at (sentence_bert_config.json)
     custom_code: list[str] = field(default_factory=list)  # published files that are or name code not hf-norms' own
 
@@ -162,6 +163,21 @@ def head_of(architecture: str) -> tuple[str, str | None]:
         if architecture.endswith(suffix):
             return head
     raise ValueError(f"{architecture!r} is not an hf-norms model class (ViTNorm*, DeiTNorm*, BertNorm*).")
+
+
+# Auto classes of the architectures sentence-transformers checkpoints are saved with (all-mpnet-base-v2 declares
+# MPNetForMaskedLM): their encoder is the embedding model, which SentenceTransformer loads through AutoModel
+EMBEDDING_MODEL_CLASSES = ("AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining")
+
+
+def sentence_transformers_model(folder: Path, architecture: str) -> bool:
+    """Whether the folder's sentence-transformers files (modules.json, its pooling and other module folders) describe
+    the model: they do for the architectures sentence-transformers checkpoints are saved with
+    (`EMBEDDING_MODEL_CLASSES`), whose encoder `SentenceTransformer` loads and pools. With a task's head (a classifier
+    fine-tuned from a sentence-transformers checkpoint, a token classifier, ...), `SentenceTransformer` would load the
+    encoder and silently drop the head, so the card describes the head, for transformers' pipeline of its task, and a
+    push leaves those files out (`upload_files.select_upload_files`)."""
+    return (folder / "modules.json").is_file() and head_of(architecture)[0] in EMBEDDING_MODEL_CLASSES
 
 
 def weight_names(folder: Path) -> set[str]:
@@ -360,6 +376,7 @@ def gather_card_facts(
     source = (report or {}).get("source")
     training = read_training_facts(folder, data_name(card.training_dataset) if card.training_dataset else None)
     architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
+    embeddings = sentence_transformers_model(folder, architecture)  # else a head: transformers' model of its task
     all_datasets = [*(card.datasets or []), *report_datasets(report)]
     if training is not None and hub_dataset(training.dataset):
         all_datasets.append(hub_dataset(training.dataset))
@@ -367,7 +384,7 @@ def gather_card_facts(
         repo_id=repo_id,
         model_type=model_type,
         architecture=architecture,
-        norm_type=config.get("norm_type", "layernorm"),
+        norm_type=config.get("norm_type", STOCK),
         norm_options=non_default_norm_options(config),
         base_model=card.base_model or own.get("base_model") or (source if looks_like_repo_id(source) else None),
         license=card.license or inherited.get("license"),
@@ -379,7 +396,7 @@ def gather_card_facts(
         notes=list(card.notes or []),
         hf_norms_version=(report or {}).get("hf_norms_version") or VERSION,
         without_pooler=saved_without_pooler(folder, architecture),
-        sentence_transformers=(folder / "modules.json").is_file(),
-        max_seq_length=sentence_transformers_max_length(folder),
+        sentence_transformers=embeddings,
+        max_seq_length=sentence_transformers_max_length(folder) if embeddings else None,
         custom_code=list(custom_code),
     )

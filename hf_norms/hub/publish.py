@@ -8,9 +8,11 @@
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
-2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of, plus what `include` adds,
-   less what `exclude` removes; everything else is listed as not uploaded. The folder's own README.md is replaced by
-   the card; a symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of (its sentence-transformers
+   files only where they describe it: a bare model, not a head, `card_facts.sentence_transformers_model`), plus what
+   `include` adds, less what `exclude` removes; everything else is listed as not uploaded. The folder's own
+   README.md is replaced by the card; a symbolic link is uploaded only if it leads to a file inside the folder, and
+   refuses the push otherwise;
 3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
    an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
    `allow_custom_code`, which the card then states;
@@ -46,9 +48,11 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 
-from ..conversion.checkpoint_io import check_model_fits, check_source_config, check_weights
+from ..conversion.checkpoint_io import check_weights
+from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError, require_type
 from ..models.auto_registration import MODEL_CLASSES
+from ..models.norm_registry import STOCK
 from ..redaction import tokens_redacted
 from ..version import VERSION
 from .arguments import PushArguments
@@ -59,10 +63,11 @@ from .card_facts import (
     gather_card_facts,
     read_json,
     saved_without_pooler,
+    sentence_transformers_model,
     without_local_paths,
 )
 from .model_card import render_model_card
-from .remote_code import custom_code, family_code
+from .remote_code import custom_code, family_code, processor_code
 from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
@@ -88,9 +93,10 @@ BRANCH_NAME = re.compile(r"(?!-|/|.*(?:\.\.|//|@\{|/\.|\.lock$|[/.]$))(?!\.)[^\x
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_checkpoint(folder: Path) -> tuple[dict[str, Any], list[str]]:
-    """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads; returns its config.json and its
-    remote-code files."""
+def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads, with a tokenizer or image processor
+    unless `processor` is false (a model pushed from Python, as transformers pushes it, without one); returns its
+    config.json and its remote-code files."""
     if not folder.exists():
         raise CheckpointRefused(f"{folder} does not exist; give the folder a model was saved to.")
     if not folder.is_dir():
@@ -117,7 +123,7 @@ def check_checkpoint(folder: Path) -> tuple[dict[str, Any], list[str]]:
     model_class = model_class_of(folder, config)
     code_files = check_remote_code(folder, config, model_class)
     check_weights_load(folder, model_class)
-    check_preprocessor(folder)
+    check_preprocessor(folder, processor)
     return config, code_files
 
 
@@ -135,7 +141,8 @@ def model_class_of(folder: Path, config: dict[str, Any]) -> type:
 
 def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -> list[str]:
     """Raise CheckpointRefused unless the config's `auto_map` holds the family's full map (the saved head under its own
-    Auto class) and `folder` holds every remote-code file it reaches; returns those files' names."""
+    Auto class) and `folder` holds every remote-code file it and the image processor's `auto_map` reach; returns those
+    files' names."""
     expected, files = family_code(config["model_type"], model_class)
     auto_map = config.get("auto_map") or {}
     wrong = sorted(name for name, target in expected.items() if auto_map.get(name) != target)
@@ -144,6 +151,7 @@ def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -
             f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
             "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
         )
+    files |= processor_code(folder)
     missing = sorted(name for name in files if not (folder / name).is_file())
     if missing:
         raise CheckpointRefused(
@@ -177,14 +185,21 @@ def check_weights_load(folder: Path, model_class: type) -> None:
         )
 
 
-def check_preprocessor(folder: Path) -> None:
-    """A tokenizer or an image processor must be saved next to the weights (pipelines and users need it), and load."""
+def check_preprocessor(folder: Path, required: bool = True) -> None:
+    """A tokenizer or an image processor must be saved next to the weights (pipelines and users need it; unless not
+    `required`, which only warns), and load."""
     from transformers import AutoImageProcessor, AutoTokenizer
 
     if any((folder / name).is_file() for name in PROCESSOR_FILES):
         loader = AutoImageProcessor
     elif any((folder / name).is_file() for name in TOKENIZER_FILES):
         loader = AutoTokenizer
+    elif not required:
+        logger.warning(
+            "Pushing the model without a tokenizer or image processor (none beside the weights it was loaded from): "
+            "push it too (`tokenizer.push_to_hub(repo_id)`), or pipelines of this repo will not load."
+        )
+        return
     else:
         raise CheckpointRefused(
             f"{folder} has no tokenizer or image processor; save the source's next to the weights "
@@ -228,6 +243,11 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
+def pushed_line(folder: str | os.PathLike[str], repo_id: str, commit: CommitInfo) -> str:
+    """The one line `hf-norms push` and `hf-norms finetune --push_to_hub` print: what was pushed, where, as what."""
+    return f"Pushed {folder} to {repo_id}: commit {commit.oid} ({commit.commit_url})"
+
+
 def push_to_hub(folder: str | os.PathLike[str], repo_id: str, **options: Any) -> CommitInfo | list[str]:
     """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring and
     `publish`. `options` are the fields of `PushArguments` (`token`, `revision`, `include`, `exclude`,
@@ -235,7 +255,7 @@ def push_to_hub(folder: str | os.PathLike[str], repo_id: str, **options: Any) ->
     return publish(PushArguments(folder=folder, repo_id=repo_id, **options))
 
 
-def publish(arguments: PushArguments) -> CommitInfo | list[str]:
+def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | list[str]:
     """`hf-norms push`. `revision` is a branch, created from main when missing. The files uploaded are what a
     checkpoint is made of (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside the folder, as
     `hf upload --include` applies them) add files, `exclude` patterns remove files (README.md standing for the card).
@@ -244,7 +264,9 @@ def publish(arguments: PushArguments) -> CommitInfo | list[str]:
     `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted otherwise. `dry_run` checks
     and renders everything and returns the file list (README.md included) without contacting the endpoint.
 
-    Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises `CheckpointRefused` before anything is created
+    `processor=False` lets a folder without a tokenizer or image processor through (`model_push`: a model pushed from
+    Python as transformers pushes it). Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises
+    `CheckpointRefused` before anything is created
     or uploaded, or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds
     the token (`hf_norms.redaction`).
     """
@@ -255,9 +277,11 @@ def publish(arguments: PushArguments) -> CommitInfo | list[str]:
         check_revision(a.revision)
         check_token_length(token)
         folder = Path(a.folder).resolve()
-        config, code_files = check_checkpoint(folder)
+        config, code_files = check_checkpoint(folder, processor)
+        architecture = config["architectures"][0]
+        head = None if sentence_transformers_model(folder, architecture) else architecture
         files, left_out = select_upload_files(folder, code_files, [*(a.include or []), *(a.include_skipped or [])],
-                                              a.exclude)  # fmt: skip
+                                              a.exclude, with_head=head)  # fmt: skip
         custom = custom_code(folder, files)
         if custom and not a.allow_custom_code:
             raise CheckpointRefused(
@@ -268,7 +292,7 @@ def publish(arguments: PushArguments) -> CommitInfo | list[str]:
         render_card = not excluded(CARD_NAME, a.exclude)
         card = render_model_card(gather_card_facts(folder, a.repo_id, a.card(), sorted(custom))) if render_card else ""
         message = a.commit_message or (
-            f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', 'layernorm')}) with hf-norms {VERSION}"
+            f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', STOCK)}) with hf-norms {VERSION}"
         )
         texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
         texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}

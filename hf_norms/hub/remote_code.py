@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,37 @@ def family_code(model_type: str, model_class: type | None = None) -> tuple[dict[
     auto_map = dict(module.FAMILY_AUTO_MAP)
     if model_class is not None:
         auto_map[model_class._auto_class] = f"{module.__name__.split('.')[-1]}.{model_class.__name__}"
-    pending, seen = {target.split(".")[0] for target in auto_map.values()}, set()
+    return auto_map, code_closure(target.split(".")[0] for target in auto_map.values())
+
+
+def code_closure(modules: Iterable[str]) -> set[str]:
+    """The package's `.py` files of `modules` (names in `hf_norms/models/`) and every file they reach by relative
+    imports: those `save_pretrained` copies."""
+    pending, seen = set(modules), set()
     while pending:
         name = pending.pop()
         seen.add(name)
         pending |= set(RELATIVE_IMPORT.findall((MODELS_FOLDER / f"{name}.py").read_text(encoding="utf-8"))) - seen
-    return auto_map, {f"{name}.py" for name in seen}
+    return {f"{name}.py" for name in seen}
 
 
+# the image processor a one-channel vision checkpoint saves (`GrayscaleImageProcessor`), with its own remote code
+PROCESSOR_MODULES = ("image_processing_norm",)
 PACKAGE_CODE = frozenset().union(
-    *(family_code(kind)[1] for kind in {c.config_class.model_type for c in MODEL_CLASSES.values()})
+    *(family_code(kind)[1] for kind in {c.config_class.model_type for c in MODEL_CLASSES.values()}),
+    code_closure(PROCESSOR_MODULES),
 )
+
+
+def processor_code(folder: Path) -> set[str]:
+    """The package's `.py` files that the folder's `preprocessor_config.json` names in its `auto_map` (and what they
+    import), which a push must publish beside it for `trust_remote_code=True`."""
+    path = folder / "preprocessor_config.json"
+    references = code_references(path) if path.is_file() else []
+    modules = [
+        ref.split(".")[0] for ref in references if isinstance(ref, str) and ref.split(".")[0] in PROCESSOR_MODULES
+    ]
+    return code_closure(modules) if modules else set()
 
 
 def custom_code(folder: Path, files: list[str]) -> dict[str, str]:
@@ -68,7 +89,8 @@ def code_references(path: Path) -> list[Any]:
 
     def collect(entry: dict) -> dict:
         auto_map = entry.get("auto_map") if isinstance(entry.get("auto_map"), dict) else {}
-        found.extend(ref for refs in auto_map.values() for ref in (refs if isinstance(refs, list) else [refs]))
+        for refs in auto_map.values():  # a reference, a list of them, or {backend: reference}
+            found.extend(refs if isinstance(refs, list) else refs.values() if isinstance(refs, dict) else [refs])
         found.extend(["custom_pipelines"] if "custom_pipelines" in entry else [])
         found.extend([entry.get("type")] if path.name == "modules.json" else [])
         return entry

@@ -1,14 +1,15 @@
 """Which files of a checkpoint folder are published, and the check that the Hub token is in none of them.
 
 A push uploads what a checkpoint is made of (`CHECKPOINT_FILES`, the files of the sentence-transformers modules that
-modules.json names, its remote code) and lists every other file as not uploaded, whatever its name or content.
-`include` patterns add files and `exclude` patterns remove any, matched as `hf upload` matches them (fnmatch on the path
-inside the folder, `*` crossing `/`, `sub/` a folder); an include pattern that matches nothing is an error. The
-folder's README.md is never uploaded: the rendered card takes its place. A symbolic link that would be uploaded must
-lead to a regular file inside the folder (it is uploaded with that file's bytes), else it refuses the push; links are
-never followed out of the folder, nor into folders. Every file to upload is read once (`screen_files`): one whose
-content hf-norms never publishes (`content_checks`) is left out and listed; the token in any of its forms, in a file's
-bytes or path or in a text the push publishes, refuses the push; so does a token too short to be told from chance.
+modules.json names when they describe the model, its remote code) and lists every other file as not uploaded,
+whatever its name or content. `include` patterns add files and `exclude` patterns remove any, matched as `hf upload`
+matches them (fnmatch on the path inside the folder, `*` crossing `/`, `sub/` a folder); an include pattern that
+matches nothing is an error. The folder's README.md is never uploaded: the rendered card takes its place. A symbolic
+link that would be uploaded must lead to a regular file inside the folder (it is uploaded with that file's bytes),
+else it refuses the push; links are never followed out of the folder, nor into folders. Every file to upload is read
+once (`screen_files`): one whose content hf-norms never publishes (`content_checks`) is left out and listed; the
+token in any of its forms, in a file's bytes or path or in a text the push publishes, refuses the push; so does a
+token too short to be told from chance.
 """
 
 from __future__ import annotations
@@ -54,15 +55,21 @@ def select_upload_files(
     files: Iterable[str] = (),
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
+    with_head: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(files to upload, {file left out: why}), as paths relative to `folder` with `/` separators, sorted: what the
     checkpoint is made of (`CHECKPOINT_FILES`, its sentence-transformers module files, and `files`), what `include`
     adds, less what `exclude` removes. A symbolic link that would be uploaded must lead to a regular file inside
-    `folder` (`link_target`), else CheckpointRefused; so is an include pattern that matches no file."""
+    `folder` (`link_target`), else CheckpointRefused; so is an include pattern that matches no file.
+
+    `with_head` names the head class of a checkpoint whose sentence-transformers files no longer describe it
+    (`card_facts.sentence_transformers_model`): they are then left out unless `include` names them, since
+    `SentenceTransformer(repo_id)` would load such a repo and drop its head."""
     folder = folder.resolve()
     entries = sorted(path.relative_to(folder).as_posix() for path in folder_entries(folder))
     modules = [name for name in sentence_transformers_files(folder) if not name.startswith(".")]
-    chosen = {*files, *(name for name in entries if name in modules or str(PurePosixPath(name).parent) in modules)}
+    module_files = {name for name in entries if name in modules or str(PurePosixPath(name).parent) in modules}
+    chosen = {*files, *(() if with_head else module_files)}
     chosen |= {
         name for name in entries if "/" not in name and any(fnmatch.fnmatchcase(name, p) for p in CHECKPOINT_FILES)
     }
@@ -79,6 +86,11 @@ def select_upload_files(
         path = folder / relative
         if relative == CARD_NAME:
             left_out[relative] = "replaced by the rendered model card"
+        elif relative not in chosen and relative in module_files:
+            left_out[relative] = (
+                f"a sentence-transformers file, which does not describe a {with_head} (SentenceTransformer would drop "
+                f"its head; add it with --include {relative})"
+            )
         elif relative not in chosen:
             left_out[relative] = f"not a file of an hf-norms checkpoint (add it with --include {relative})"
         elif not excluded(relative, exclude) and (path.is_file() or path.is_symlink()):

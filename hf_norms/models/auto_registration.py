@@ -1,6 +1,8 @@
 """The hf-norms model classes by name, and their registration with transformers' Auto classes.
 
-Not part of the remote-code set (no model file imports it): `import hf_norms` calls `register_auto_classes()`.
+Not part of the remote-code set (no model file imports it). Importing it registers (`register_auto_classes()`, at its
+end): `import hf_norms` imports it as soon as transformers is imported, and a module that imports it before
+transformers (the first import of transformers then happens inside it) registers all the same.
 
 Besides each hf-norms config and its heads, every Auto class that has an hf-norms head takes norm options for the
 family's stock checkpoints: `AutoModel.from_pretrained("path/to/bert", norm_type="dtn")` gives the `BertNormModel` that
@@ -18,13 +20,14 @@ import inspect
 from types import ModuleType
 
 import transformers
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoImageProcessor
 
 from . import modeling_bert_norm, modeling_deit_norm, modeling_dinov2_norm, modeling_vit_norm
 from .configuration_bert_norm import BertNormConfig
 from .configuration_deit_norm import DeiTNormConfig
 from .configuration_dinov2_norm import Dinov2NormConfig
 from .configuration_vit_norm import ViTNormConfig
+from .image_processing_norm import GrayscaleImageProcessor
 from .modeling_norm_utils import NORM_OPTION_NAMES
 
 FAMILIES = (
@@ -82,7 +85,7 @@ def stock_router(stock_class: type, norm_class: type) -> type:
         options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
         if not options:
             return stock_class._from_config(config, **kwargs)
-        return norm_class._from_config(norm_class.config_class.from_dict({**config.to_dict(), **options}), **kwargs)
+        return norm_class._from_config(norm_class.config_class.from_stock_config(config, **options), **kwargs)
 
     attributes = {
         "__module__": stock_class.__module__,
@@ -111,14 +114,21 @@ def register_stock_routers(auto_class, config_class: type, heads: tuple[type, ..
 
 def register_auto_classes() -> None:
     """`AutoConfig` for each model type, every model class under its Auto class, and in each of those Auto classes a
-    `stock_router` for the family's stock config.
+    `stock_router` for the family's stock config; `GrayscaleImageProcessor` under `AutoImageProcessor` for the vision
+    families (which registers its class name: a saved one loads with hf-norms' code, not the checkpoint's copy).
 
     Where two heads share an Auto class (DeiT's classifier with and without teacher), both are registered and
     transformers picks the one named in the checkpoint's `architectures`, as it does for the stock DeiT.
     """
     for config_class, module in FAMILIES:
         AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        if config_class is not BertNormConfig:  # a saved GrayscaleImageProcessor then loads without remote code
+            AutoImageProcessor.register(config_class, image_processor_classes={"pil": GrayscaleImageProcessor},
+                                        exist_ok=True)  # fmt: skip
         for auto_class_name, classes in model_classes_by_auto_class(module, config_class).items():
             auto_class = getattr(transformers, auto_class_name)
             auto_class.register(config_class, classes[0] if len(classes) == 1 else classes, exist_ok=True)
             register_stock_routers(auto_class, config_class, classes)
+
+
+register_auto_classes()

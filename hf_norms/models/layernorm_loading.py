@@ -5,7 +5,8 @@ Two notices of transformers are wrong for the loads hf-norms makes on purpose: "
 instantiate a model of type `bert_norm` ... can yield errors" (a stock checkpoint of the family is what the hf-norms
 config reads), and a load report listing the parameters a function-preserving norm adds (SepNorm's prefix norm, DTN's
 gates, LaPE's `pe_norm`) as MISSING and "newly initialized" although hf-norms set them so that the model computes
-what the checkpoint computed. `held_back` keeps such records from being logged while loading; the caller logs the
+what the checkpoint computed, or, for DyT and Derf, which cannot, to the initial values the warning of such a load
+announces (one row per layer: 13 rows for a ViT). `held_back` keeps such records from being logged while loading; the caller logs the
 rest of the report (any other missing, unexpected or mismatched keys) and one line of its own.
 
 Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
@@ -37,6 +38,11 @@ NOT_PRESERVING_WARNING = (
     "it), and fine-tuning may not learn from this start: calibrate it first with "
     "hf_norms.convert_model(model, {norm_type!r}, calibration_data=...) or `hf-norms convert`."
 )
+INITIALISED_NOTE = (
+    "Loaded the LayerNorm checkpoint {path} into {model} with norm_type={norm_type!r}: {what} (transformers' notices "
+    "about these parameters are left out)."
+)
+INITIAL_NOTE = "{names} at their initial values in {count} norms"
 PRESERVED_NOTE = (
     "Loaded the LayerNorm checkpoint {path} into {model} with norm_type={norm_type!r}, computing what it computed: "
     "{what} (transformers' notices about these parameters are left out)."
@@ -89,12 +95,8 @@ def layernorm_loading_options(norm_type: str, explicit: Iterable[str]) -> dict[s
     return preserving or {}
 
 
-def preserved_keys(model: nn.Module, missing_keys: Iterable[str]) -> dict[str, set[str]]:
-    """The missing keys that a function-preserving load set (the parameters its norm_type adds to LayerNorm's), by the
-    module holding them (empty when the model's config does not keep a LayerNorm checkpoint's function, e.g. SepNorm
-    with a BatchNorm prefix norm)."""
-    if not preserves_layernorm_function(model.config):
-        return {}
+def added_keys(model: nn.Module, missing_keys: Iterable[str]) -> dict[str, set[str]]:
+    """The missing keys that are parameters `model.config.norm_type` adds to LayerNorm's, by the module holding them."""
     added = norm_spec(model.config.norm_type).added_parameters
     by_owner: dict[str, set[str]] = {}
     for key in missing_keys:
@@ -104,19 +106,32 @@ def preserved_keys(model: nn.Module, missing_keys: Iterable[str]) -> dict[str, s
     return by_owner
 
 
+def set_on_purpose(model: nn.Module, missing_keys: Iterable[str]) -> tuple[dict[str, set[str]], str]:
+    """The missing keys a load of a LayerNorm checkpoint set on purpose, by module, and what it set them to: the
+    parameters a function-preserving load sets to keep the function, or those of a norm that cannot keep it (DyT,
+    Derf: at their initial values, as `NOT_PRESERVING_WARNING` said); none when the config could keep the function but
+    does not (SepNorm with a BatchNorm prefix norm, whose fresh statistics transformers' report names)."""
+    spec = norm_spec(model.config.norm_type)
+    by_owner = added_keys(model, missing_keys)
+    if preserves_layernorm_function(model.config):
+        return by_owner, spec.preserving_note.format(count=len(by_owner))
+    if spec.preserving_options is None and by_owner:
+        names = sorted({key.removeprefix(owner) for owner, keys in by_owner.items() for key in keys})
+        return by_owner, INITIAL_NOTE.format(names=", ".join(name.lstrip(".") for name in names), count=len(by_owner))
+    return {}, ""
+
+
 def replace_load_notices(model: nn.Module, path, info: dict, held_reports: list[logging.LogRecord]) -> None:
-    """After loading a LayerNorm checkpoint into `model`: log one line saying which parameters hf-norms set to keep
-    the function, and transformers' load report (`held_reports`) without them (not at all when nothing else is in it).
-    Loads that do not keep the function get their report as transformers wrote it."""
-    by_owner = preserved_keys(model, info["missing_keys"])
+    """After loading a LayerNorm checkpoint into `model`: log one line saying which parameters hf-norms set on purpose
+    (`set_on_purpose`), and transformers' load report (`held_reports`) without them (not at all when nothing else is
+    in it). Other loads get their report as transformers wrote it."""
+    by_owner, note = set_on_purpose(model, info["missing_keys"])
     if not by_owner:
         for record in held_reports:
             modeling_utils.logger.handle(record)
         return
-    note = norm_spec(model.config.norm_type).preserving_note.format(count=len(by_owner))
-    logger.info(
-        PRESERVED_NOTE.format(path=path, model=type(model).__name__, norm_type=model.config.norm_type, what=note)
-    )
+    template = PRESERVED_NOTE if preserves_layernorm_function(model.config) else INITIALISED_NOTE
+    logger.info(template.format(path=path, model=type(model).__name__, norm_type=model.config.norm_type, what=note))
     if held_reports:
         preserved = set().union(*by_owner.values())
         rest = LoadStateDictInfo(

@@ -12,7 +12,8 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import os
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from transformers import modeling_utils
 from transformers.conversion_mapping import (
@@ -22,6 +23,7 @@ from transformers.conversion_mapping import (
 
 from .layernorm_loading import held_back, layernorm_loading_options, load_report_of, replace_load_notices
 from .norm_options import NormOptions
+from .norm_registry import STOCK
 from .norms import init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
@@ -49,6 +51,8 @@ class NormPreTrainedMixin:
       keeps its function wherever the mathematics allows (the Auto classes call it for stock checkpoints).
     - `save_pretrained` writes the runtime key layout (which the Trainer's best-model reload and resume load fully,
       unlike transformers' default 4.x layout), the full `auto_map` of the family and the flat remote-code files.
+    - `push_to_hub(repo_id, ...)` publishes as `hf-norms push` does, with the hf-norms card, once `import hf_norms` has
+      set `hub_publisher`; transformers' push, with its stock card, otherwise.
     - `accepts_loss_kwargs = False`: every head's loss is the mean over its own batch. A `forward` taking `**kwargs`
       would otherwise make the Trainer pass `num_items_in_batch` and multiply the returned loss by the world size,
       which only undoes a loss divided by the global item count (BERT's heads, the MIM heads and the regression and
@@ -58,6 +62,9 @@ class NormPreTrainedMixin:
 
     family_auto_map: ClassVar[dict[str, str]] = {}
     accepts_loss_kwargs: ClassVar[bool] = False
+    # `publisher(model, repo_id, **options)`, set by `import hf_norms` (`hf_norms.hub.model_push.push_model`): how
+    # `push_to_hub` publishes. None where this file runs as remote code without hf-norms: transformers' push.
+    hub_publisher: ClassVar[Callable[..., Any] | None] = None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -65,10 +72,10 @@ class NormPreTrainedMixin:
         without a `config`) is loaded by `from_layernorm_checkpoint`, which keeps its function wherever the mathematics
         allows."""
         norm_type = kwargs.get("norm_type")
-        if norm_type not in (None, "layernorm") and kwargs.get("config") is None and pretrained_model_name_or_path:
+        if norm_type not in (None, STOCK) and kwargs.get("config") is None and pretrained_model_name_or_path:
             hub_options = {key: kwargs[key] for key in HUB_OPTIONS if key in kwargs}
             stored, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_options)
-            if stored.get("norm_type", "layernorm") == "layernorm":
+            if stored.get("norm_type", STOCK) == STOCK:
                 return cls.from_layernorm_checkpoint(pretrained_model_name_or_path, *model_args, **kwargs)
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
@@ -88,11 +95,11 @@ class NormPreTrainedMixin:
         `config` is the checkpoint's own config as already read, with the caller's other keywords applied (the Auto
         classes pass the stock config they read); the norm options are set on a copy of it in this family's config.
         """
-        norm_type = kwargs.get("norm_type", "layernorm")
+        norm_type = kwargs.get("norm_type", STOCK)
         kwargs.update(layernorm_loading_options(norm_type, explicit=kwargs))
         if config is not None:
             options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
-            config = cls.config_class.from_dict({**config.to_dict(), **options})
+            config = cls.config_class.from_stock_config(config, **options)
         output_loading_info = kwargs.pop("output_loading_info", False)
         with held_back(modeling_utils.logger, load_report_of(cls)) as reports:
             model, info = super().from_pretrained(
@@ -126,3 +133,11 @@ class NormPreTrainedMixin:
     ):
         self.config.auto_map = dict(self.family_auto_map)
         return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+
+    def push_to_hub(self, repo_id: str, **options: Any) -> Any:
+        """Publish the model with the hf-norms card (`hub_publisher`), else as transformers does; `options` are
+        transformers' `push_to_hub` keywords."""
+        publisher = NormPreTrainedMixin.hub_publisher
+        if publisher is None:
+            return super().push_to_hub(repo_id, **options)
+        return publisher(self, repo_id, **options)

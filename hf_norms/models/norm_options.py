@@ -17,9 +17,11 @@ from typing import ClassVar
 from transformers import configuration_utils
 
 from .layernorm_loading import held_back, model_type_notice
-from .norm_registry import NORM_TYPES, STOCK
+from .norm_registry import NORM_TYPES, STOCK, unknown_norm_type
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
+# Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)
+RUNTIME_CHOICES = ("attn_implementation", "experts_implementation")
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "mlp_ratio")
 
 
@@ -78,6 +80,15 @@ class NormOptions(NormOptionFields):
         return next(base for base in cls.__mro__[1:] if getattr(base, "model_type", ""))
 
     @classmethod
+    def from_stock_config(cls, config, **options):
+        """This family's config holding everything `config` (a stock config, or one of this family) holds, with the
+        norm `options` set: its serialized fields, and the choices transformers keeps on a config without saving them
+        (`attn_implementation`, `experts_implementation`), which `from_pretrained(..., attn_implementation="eager")`
+        and `from_config(config)` read from it."""
+        runtime = {name: getattr(config, f"_{name}", None) for name in RUNTIME_CHOICES}
+        return cls.from_dict({**config.to_dict(), **options}, **{k: v for k, v in runtime.items() if v is not None})
+
+    @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         """`PreTrainedConfig.from_pretrained`, without transformers' notice that a checkpoint of the stock model type
         (`bert` for `bert_norm`) "can yield errors": reading the family's stock checkpoints is what this config is for."""
@@ -98,7 +109,7 @@ class NormOptions(NormOptionFields):
         if not 0 < self.layer_norm_eps < 1:
             raise ValueError(f"layer_norm_eps must be a small positive number, got {self.layer_norm_eps}.")
         if self.norm_type not in NORM_TYPES:
-            raise ValueError(f"norm_type={self.norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
+            raise ValueError(unknown_norm_type(self.norm_type))
         for option in OPTIONS:
             problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
             if problem:

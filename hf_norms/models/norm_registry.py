@@ -9,6 +9,8 @@ copies the model set next to a checkpoint for `trust_remote_code`, copies every 
 
 from __future__ import annotations
 
+import difflib
+
 from .norm_spec import CardText, NormSpec, Option, Paper, finite, one_of, positive_finite, unit_interval
 
 STOCK = "layernorm"  # the stock model's norm_type
@@ -425,3 +427,11 @@ NORM_TYPES: dict[str, NormSpec] = {
     ),
 }
 NORM_NAMES = tuple(NORM_TYPES)
+
+
+def unknown_norm_type(value: object) -> str:
+    """The one line saying that `value` is not a norm_type: the choices, and the nearest one where there is one
+    (`"DyT"` and `"dyn"` -> `'dyt'`)."""
+    near = difflib.get_close_matches(str(value).lower(), NORM_NAMES, n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return f"norm_type={value!r} is not supported{hint}; choose one of {sorted(NORM_NAMES)}."

@@ -24,7 +24,7 @@ from .norm_dtn import DynamicTokenNorm
 from .norm_dyt import DynamicTanh
 from .norm_lape import PositionEmbeddingNorm, lape_position_embeddings
 from .norm_layernorm import LayerNorm
-from .norm_registry import NORM_NAMES, NORM_TYPES, STOCK
+from .norm_registry import NORM_NAMES, NORM_TYPES, STOCK, unknown_norm_type
 from .norm_sepnorm import SeparateNorm
 from .norm_spec import NormSpec
 from .token_layout import TokenLayout
@@ -63,7 +63,7 @@ def norm_spec(norm_type: str) -> NormSpec:
     """The registry entry of `norm_type`; a name that is not one is a `ValueError` listing the choices."""
     spec = NORM_TYPES.get(norm_type) if isinstance(norm_type, str) else None
     if spec is None:
-        raise ValueError(f"norm_type={norm_type!r} is not supported; choose one of {sorted(NORM_TYPES)}.")
+        raise ValueError(unknown_norm_type(norm_type))
     return spec
 
 

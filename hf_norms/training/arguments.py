@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from ..conversion.checkpoint_io import looks_like_a_path
 from ..errors import FinetuneInputError
 from ..models.norm_registry import NORM_NAMES
 from ..readers import read_json
@@ -220,6 +221,27 @@ def check_command_line(argv: list[str]) -> None:
         except ValueError:
             raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
     check_values(values)
+    check_model_path(option_value(argv, "model_name_or_path"))
+
+
+def option_value(argv: list[str], name: str) -> str | None:
+    """The value `argv` gives option `name` (`--name value` or `--name=value`, either spelling; the last counts)."""
+    value = None
+    for index, argument in enumerate(argv):
+        option, equals, text = argument.removeprefix("--").partition("=")
+        if argument.startswith("--") and option.replace("-", "_") == name:
+            value = text if equals else (argv[index + 1] if index + 1 < len(argv) else None)
+    return value
+
+
+def check_model_path(name_or_path: str | None) -> None:
+    """A `--model_name_or_path` that names a local folder (`looks_like_a_path`) that does not exist, refused in one
+    line before transformers is imported (a Hub id is read later, with the token)."""
+    if name_or_path is None:
+        return
+    path = Path(name_or_path).expanduser()
+    if not path.exists() and looks_like_a_path(name_or_path):
+        raise FinetuneInputError(f"There is no checkpoint folder {str(path.resolve())!r}; check --model_name_or_path.")
 
 
 @cache

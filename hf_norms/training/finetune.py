@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 
 import datasets
 import torch
-from huggingface_hub import get_token
+from huggingface_hub import CommitInfo, get_token
 from transformers import (
     AutoImageProcessor,
     AutoTokenizer,
@@ -67,10 +67,12 @@ from ..conversion.checkpoint_io import (
     set_aside_newer_checkpoints,
     trainer_checkpoints,
 )
-from ..conversion.sources import copy_sentence_transformers_files, load_processor, sentence_transformers_files
+from ..conversion.sources import load_processor
 from ..errors import handled_errors, require_type
+from ..hub.publish import pushed_line
+from ..models.image_processing_norm import GrayscaleImageProcessor
 from ..models.norms import norm_spec
-from ..output_folders import ClaimedFolder, checkpoint_files, claim_folder
+from ..output_folders import ClaimedFolder, claim_folder
 from ..redaction import redacted_output, tokens_redacted
 from .arguments import (
     CHECKED_VALUES,
@@ -105,7 +107,7 @@ from .model_setup import (
     model_family,
 )
 from .sync_batchnorm import convert_sync_batchnorm
-from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card
+from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card, only_the_trainers_bar
 
 logger = logging.getLogger(__name__)
 
@@ -127,15 +129,18 @@ class FinetuneResult:
     trainer: NormTrainer
     train_metrics: dict[str, float]
     eval_metrics: dict[str, float] | None
+    pushed: CommitInfo | None = None  # the commit of `push_to_hub` (None without it, and on other processes)
 
 
 def build_image_processor(model_args: ModelArguments, config: PreTrainedConfig) -> Any:
-    """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]."""
+    """The named or the checkpoint's image processor, else one that resizes to `image_size` and normalises to [-1, 1]:
+    for a one-channel model, `GrayscaleImageProcessor`, which turns the RGB images `pipeline` opens into one channel."""
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source is not None and (model_args.image_processor_name or _has_file(source, "preprocessor_config.json")):
         return _processor(source, "image", model_args.token)
     size = config.image_size
-    return ViTImageProcessorPil(
+    processor_class = GrayscaleImageProcessor if config.num_channels == 1 else ViTImageProcessorPil
+    return processor_class(
         size={"height": size, "width": size},
         image_mean=[DEFAULT_PIXEL_MEAN_STD] * config.num_channels,
         image_std=[DEFAULT_PIXEL_MEAN_STD] * config.num_channels,
@@ -324,15 +329,16 @@ def finetune(
     `resume_from_checkpoint`, a folder or `last`, after checking it holds this model's weights), saves the model with
     its tokenizer or image processor, the metrics and `trainer_state.json` to `output_dir`, then evaluates when there
     is an eval set.
+
+    A sentence-transformers source's own files (modules.json, pooling, ...) are not copied: every task trains a head
+    (classifier, masked LM), which `SentenceTransformer` would load without, so the output is a transformers model of
+    its task, and its card says so (`pipeline(model=...)` runs it).
     """
     for name, value, kind in (("model_args", model_args, ModelArguments), ("data_args", data_args, DataArguments),
                               ("training_args", training_args, TrainingArguments)):  # fmt: skip
         require_type(name, value, kind, f"a {kind.__name__}")
     prepare_training_arguments(model_args, data_args, training_args)
     output = output_folder(model_args, data_args, training_args, overwrite_output_dir)
-    source = Path(model_args.model_name_or_path or "")
-    if model_args.model_name_or_path is not None and source.is_dir():
-        checkpoint_files(source, sentence_transformers_files(source))  # copied after training: links checked now
     check_checkpoint_to_resume(training_args)
     family = model_family(
         model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
@@ -384,10 +390,9 @@ def finetune(
         callbacks=[NormStateCallback()],
     )
 
-    train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
+    with only_the_trainers_bar():  # checkpoint saves and the best model's reload draw no bar over the Trainer's
+        train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
     trainer.save_model()
-    if model_args.model_name_or_path is not None and source.is_dir() and trainer.is_world_process_zero():
-        copy_sentence_transformers_files(source, Path(training_args.output_dir))  # stays an embedding model
     trainer.log_metrics("train", train_metrics)
     trainer.save_metrics("train", train_metrics)
     trainer.save_state()
@@ -397,12 +402,13 @@ def finetune(
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
     # The card, as transformers' example scripts write it; with push_to_hub, one push of the finished folder (weights,
-    # code, tokenizer, sentence-transformers files, metrics, card): NormTrainer pushes nothing before.
+    # code, tokenizer or image processor, metrics, card): NormTrainer pushes nothing before.
+    pushed = None
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset=data_args.dataset)
+        pushed = trainer.push_to_hub(dataset=data_args.dataset)
     else:
         create_trainer_model_card(trainer, dataset=data_args.dataset)
-    return FinetuneResult(trainer, train_metrics, eval_metrics)
+    return FinetuneResult(trainer, train_metrics, eval_metrics, pushed)
 
 
 def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> None:
@@ -465,7 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     with redacted_output(argv), handled_errors("hf-norms finetune") as outcome:
         model_args, data_args, output_args, training_args = parsed_arguments(parser, argv)
         with tokens_redacted(model_args.token, training_args.hub_token, get_token()):
-            finetune(model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir)
+            result = finetune(
+                model_args, data_args, training_args, overwrite_output_dir=output_args.overwrite_output_dir
+            )
+            if result.pushed is not None:
+                print(pushed_line(training_args.output_dir, result.trainer.hub_model_id, result.pushed), flush=True)
     return outcome.status
 
 

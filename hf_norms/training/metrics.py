@@ -1,7 +1,7 @@
 """Evaluation metrics for fine-tuning, computed by the `evaluate` metric modules that hf-norms ships.
 
-The modules live in `hf_norms/training/metric_modules/` (package data) and load from that folder with `evaluate.load(<file path>)`, so
-nothing is fetched from the Hub: `accuracy`, `f1` and `conversion_fidelity` (a model's outputs against a reference
+The modules live in `hf_norms/training/metric_modules/` (package data) and load from that folder with
+`evaluate.load(metric_path(name))` (docs/fine-tuning.md shows how), so nothing is fetched from the Hub: `accuracy`, `f1` and `conversion_fidelity` (a model's outputs against a reference
 model's). They are loaded with `keep_in_memory=True`, so processes of a distributed run share no cache files.
 """
 
@@ -20,16 +20,17 @@ METRIC_NAMES = ("accuracy", "conversion_fidelity", "f1")
 IGNORE_INDEX = -100  # label of tokens that carry no masked-LM target
 
 
-def metric_path(name: str) -> Path:
-    """The metric module file of `name` (one of `METRIC_NAMES`) inside the installed package."""
+def metric_path(name: str) -> str:
+    """The metric module file of `name` (one of `METRIC_NAMES`) inside the installed package, as the `str`
+    `evaluate.load` takes (it refuses a `Path`): `evaluate.load(metric_path("f1"))`."""
     if name not in METRIC_NAMES:
         raise ValueError(f"hf-norms ships no metric {name!r}; choose one of {METRIC_NAMES}.")
-    return METRICS_DIR / f"{name}.py"
+    return str(METRICS_DIR / f"{name}.py")
 
 
 def load_metric(name: str) -> evaluate.EvaluationModule:
     """`evaluate.load` of the local module `name`: works offline, never downloads."""
-    return evaluate.load(str(metric_path(name)), keep_in_memory=True)
+    return evaluate.load(metric_path(name), keep_in_memory=True)
 
 
 def _logits(predictions: np.ndarray | tuple) -> np.ndarray:

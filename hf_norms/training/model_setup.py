@@ -24,14 +24,11 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from ..conversion.checkpoint_io import (
     ConversionError,
-    check_config_values,
-    check_model_fits,
-    check_size_fields,
-    check_source_config,
     check_weights,
     looks_like_a_path,
     read_json_object,
 )
+from ..conversion.config_checks import check_config_values, check_model_fits, check_size_fields, check_source_config
 from ..conversion.convert import convert_model
 from ..errors import FinetuneInputError
 from ..models.configuration_bert_norm import BertNormConfig

@@ -17,13 +17,17 @@ and publishing with the hf-norms model card.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, get_token
+from huggingface_hub import constants as hub_constants
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.utils import logging as transformers_logging
 
 from ..hub.card_facts import REPORT_NAME, source_lineage
 from ..hub.model_card import model_card_for_folder
@@ -207,6 +211,21 @@ def norm_state(model: nn.Module) -> dict[str, float]:
         if callable(getattr(module, "learned_state", None)):
             state.update({f"{NORM_STATE_PREFIX}{name}.{key}": value for key, value in module.learned_state().items()})
     return state
+
+
+@contextlib.contextmanager
+def only_the_trainers_bar() -> Iterator[None]:
+    """While the block runs (`trainer.train()`), transformers' own progress bars are off: the "Writing model shards" of
+    every checkpoint save and the "Loading weights" of the best model's reload drew over the Trainer's bar, which is
+    `tqdm` itself and stays. Their previous state is restored after."""
+    if not transformers_logging.is_progress_bar_enabled() or hub_constants.HF_HUB_DISABLE_PROGRESS_BARS:
+        yield  # off already (HF_HUB_DISABLE_PROGRESS_BARS=1 also refuses to turn them back on)
+        return
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
 
 
 class NormStateCallback(TrainerCallback):

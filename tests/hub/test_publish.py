@@ -567,3 +567,37 @@ def test_a_sentence_transformers_conversion_loads_by_id(minilm_dir, api, hub, tm
     expected = SentenceTransformer(str(output), device="cpu").encode(texts)
     assert "transformers_modules" in result["module"]
     assert abs(torch.tensor(result["embeddings"]) - torch.tensor(expected)).max().item() <= 1e-5
+
+
+MODEL_PUSH = """
+import json, hf_norms
+from PIL import Image
+from transformers import AutoModelForImageClassification, pipeline
+model = AutoModelForImageClassification.from_pretrained(FOLDER)
+commit = model.push_to_hub("python/vit-dtn", commit_message="From Python")
+answer = pipeline(model="python/vit-dtn")(Image.open(PHOTO), top_k=2)
+print(json.dumps({"commit": commit.oid, "labels": [entry["label"] for entry in answer]}))
+"""
+
+
+def test_model_push_to_hub_from_python_publishes_the_hf_norms_card(checkpoints, api, hub, tmp_path):
+    """`model.push_to_hub(repo_id)` after `import hf_norms` publishes what `hf-norms push` of the folder the model was
+    loaded from publishes: the same card metadata and body, the processor and the report, in one commit."""
+    folder = checkpoints["vit"]["folder"]
+    photo = tmp_path / "astronaut.png"
+    packaged.photos()["astronaut"].save(photo)
+    code = MODEL_PUSH.replace("FOLDER", repr(str(folder))).replace("PHOTO", repr(str(photo)))
+    result = run_client(code, hub, tmp_path)
+    push_to_hub(folder, "folder/vit-dtn", endpoint=hub.url, token=TOKEN)
+    cards = {}
+    for repo_id in ("python/vit-dtn", "folder/vit-dtn"):
+        path = hf_hub_download(repo_id, "README.md", endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "cache")
+        cards[repo_id] = Path(path).read_text(encoding="utf-8")
+    assert "[More Information Needed]" not in cards["python/vit-dtn"]
+    assert cards["python/vit-dtn"].replace("python/", "folder/") == cards["folder/vit-dtn"]
+    data = ModelCard(cards["python/vit-dtn"]).data.to_dict()
+    assert data["pipeline_tag"] == "image-classification" and "dtn" in data["tags"]
+    assert api.model_info("python/vit-dtn").pipeline_tag == "image-classification"
+    assert {"preprocessor_config.json", REPORT_NAME} <= set(api.list_repo_files("python/vit-dtn"))
+    assert api.list_repo_commits("python/vit-dtn")[0].title == "From Python"
+    assert len(result["labels"]) == 2 and set(result["labels"]) <= {"cat", "cup", "person"}

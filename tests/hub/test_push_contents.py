@@ -29,11 +29,15 @@ import torch
 from huggingface_hub import HfApi, snapshot_download
 from transformers.dynamic_module_utils import get_relative_import_files
 
+import hf_norms
+from hf_norms.hub.card_facts import head_of
 from hf_norms.hub.content_checks import SCAN_CHUNK, UNPACK_LIMIT, scan_file
+from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.upload_files import screen_files
 from hf_norms.models import configuration_vit_norm, modeling_vit_norm
+from hf_norms.models.auto_registration import MODEL_CLASSES
 from hf_norms.redaction import text_token_forms, token_forms
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token: hf_ and 34 letters and digits
@@ -394,3 +398,47 @@ def test_local_paths_are_not_published(checkpoint: Path, api: HfApi, tmp_path: P
     assert uploaded["links"] == report["links"] and uploaded["stages"] == report["stages"]
     assert json.loads(texts["trainer_state.json"])["best_model_checkpoint"] == "checkpoint-5"
     assert {name: (checkpoint / name).read_bytes() for name in before} == before
+
+
+BERT_HEADS = sorted(name for name in MODEL_CLASSES if name.startswith("BertNorm"))
+
+
+@pytest.fixture(scope="module")
+def sentence_transformers_heads(tiny_bert_dir: Path, minilm_dir: Path, tmp_path_factory) -> dict[str, Path]:
+    """A tiny hf-norms BERT of every head, each saved with MiniLM's sentence-transformers files beside it (as a folder
+    fine-tuned from a sentence-transformers checkpoint had them when finetune copied them)."""
+    from conftest import tiny_sentence_transformer
+    from transformers import AutoTokenizer
+
+    root, folders = tmp_path_factory.mktemp("heads"), {}
+    source = tiny_sentence_transformer(tiny_bert_dir, minilm_dir, root / "source")
+    config = hf_norms.BertNormConfig.from_pretrained(source, norm_type="dyt")
+    for name in BERT_HEADS:
+        folders[name] = root / name
+        MODEL_CLASSES[name](config).save_pretrained(folders[name])
+        AutoTokenizer.from_pretrained(source).save_pretrained(folders[name])
+        for part in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling"):
+            copy = shutil.copytree if (source / part).is_dir() else shutil.copyfile
+            copy(source / part, folders[name] / part)
+    return folders
+
+
+@pytest.mark.parametrize("head", BERT_HEADS)
+def test_the_card_and_the_upload_follow_the_head(head: str, sentence_transformers_heads: dict[str, Path]) -> None:
+    """The sentence-transformers files describe a bare model and the pre-training heads sentence-transformers
+    checkpoints are saved with; every task's head is published as transformers' model of its task, without them
+    (SentenceTransformer would load the encoder and drop the head)."""
+    folder = sentence_transformers_heads[head]
+    files = dry_run(folder)
+    card = model_card_for_folder(folder, "org/head").data.to_dict()
+    sentence_transformers_files = {"modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                                   "1_Pooling/config.json"}  # fmt: skip
+    if head in ("BertNormModel", "BertNormForMaskedLM", "BertNormForPreTraining"):  # how ST checkpoints are saved
+        assert sentence_transformers_files <= set(files)
+        assert (card["library_name"], card["pipeline_tag"]) == ("sentence-transformers", "sentence-similarity")
+    else:
+        assert not sentence_transformers_files & set(files)
+        assert card["library_name"] == "transformers" and "sentence-transformers" not in card["tags"]
+        assert card.get("pipeline_tag") == head_of(head)[1]
+    with_them = dry_run(folder, include=["modules.json"])
+    assert "modules.json" in with_them  # named by --include: the user's choice

@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers
 from conftest import HEAD_CASES, head_config, in_fresh_memory, primary_output, tiny_config
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from test_stock_compat import stock_class, stock_config
 
 import hf_norms
@@ -113,6 +114,8 @@ LOAD_SCRIPT = """
         ("head sepnorm", lambda: hf_norms.BertNormForSequenceClassification.from_pretrained(path, norm_type="sepnorm")),
         ("layernorm", lambda: hf_norms.BertNormModel.from_pretrained(path)),
         ("dyt", lambda: hf_norms.BertNormModel.from_pretrained(path, norm_type="dyt")),
+        ("auto derf head", lambda: transformers.AutoModelForSequenceClassification.from_pretrained(
+            path, norm_type="derf")),
         ("sepnorm batchnorm", lambda: hf_norms.BertNormModel.from_pretrained(
             path, norm_type="sepnorm", sepnorm_prefix_norm="batchnorm")),
     ]:
@@ -171,9 +174,87 @@ def test_a_function_preserving_load_logs_one_line_instead_of_transformers_notice
 def test_other_loads_keep_transformers_load_report(load_logs):
     assert "to instantiate a model of type" not in load_logs["layernorm"]
     assert not hf_norms_lines(load_logs["layernorm"]) and "LOAD REPORT" not in load_logs["layernorm"]
-    dyt = load_logs["dyt"]  # DyT: hf-norms' warning, and the report of its new alpha parameters
+    dyt = load_logs["dyt"]  # DyT: hf-norms' warning, and one line for the alpha parameters it initialised
     assert "to instantiate a model of type" not in dyt
-    assert [" WARNING: " in line for line in hf_norms_lines(dyt)] == [True]
-    assert "LOAD REPORT" in dyt and "LayerNorm.alpha" in dyt
+    assert [" WARNING: " in line for line in hf_norms_lines(dyt)] == [True, False]
+    assert "alpha at their initial values in 13 norms" in hf_norms_lines(dyt)[1]
+    assert "LOAD REPORT" not in dyt and "MISSING" not in dyt and "LayerNorm.alpha" not in dyt
     batchnorm = load_logs["sepnorm batchnorm"]  # a BatchNorm prefix norm does not keep the function: reported
     assert not hf_norms_lines(batchnorm) and "LOAD REPORT" in batchnorm and "prefix_norm.running_mean" in batchnorm
+
+
+LOAD_KEYWORDS = [
+    {"attn_implementation": "eager"},
+    {"attn_implementation": "eager", "output_attentions": True, "output_hidden_states": True},
+    {"dtype": torch.float64, "hidden_dropout_prob": 0.0},
+]
+
+
+@pytest.mark.parametrize("keywords", LOAD_KEYWORDS, ids=lambda keywords: ",".join(keywords))
+@pytest.mark.parametrize("family", ["bert", "dinov2"])
+def test_auto_model_with_a_norm_option_honours_every_from_pretrained_keyword(family, keywords, request):
+    """`AutoModel.from_pretrained(stock, norm_type=..., **keywords)` builds the model the hf-norms class builds from
+    the same call, and the stock class from the same keywords: attention implementation, dtype, config overrides."""
+    path = request.getfixturevalue("minilm_dir" if family == "bert" else "dinov2_dir")
+    norm_class = hf_norms.BertNormModel if family == "bert" else hf_norms.Dinov2NormModel
+    stock = transformers.AutoModel.from_pretrained(path, **keywords)
+    auto = transformers.AutoModel.from_pretrained(path, norm_type="dtn", **keywords)
+    direct = norm_class.from_pretrained(path, norm_type="dtn", **keywords)
+    assert type(auto) is norm_class
+    assert auto.config._attn_implementation == direct.config._attn_implementation == stock.config._attn_implementation
+    assert auto.config.to_dict() == direct.config.to_dict()
+    assert auto.dtype == direct.dtype == stock.dtype
+    for name in ("output_attentions", "output_hidden_states", "hidden_dropout_prob"):
+        assert getattr(auto.config, name, None) == getattr(stock.config, name, None), name
+    if keywords.get("output_attentions"):
+        inputs = (
+            {"input_ids": torch.tensor([[101, 7592, 102]])}
+            if family == "bert"
+            else {"pixel_values": torch.zeros(1, 3, 224, 224)}
+        )
+        with torch.no_grad():
+            attentions = auto(**inputs).attentions
+        assert len(attentions) == auto.config.num_hidden_layers and attentions[0].shape[1] == 12 // (
+            2 if family == "dinov2" else 1
+        )
+
+
+def test_auto_from_config_with_a_norm_option_keeps_the_configs_attention_implementation():
+    config = transformers.BertConfig(**tiny_config("bert", "layernorm").to_dict(), attn_implementation="eager")
+    model = transformers.AutoModel.from_config(config, norm_type="dtn")
+    assert type(model) is hf_norms.BertNormModel
+    assert model.config._attn_implementation == transformers.AutoModel.from_config(config).config._attn_implementation
+    assert model.config._attn_implementation == "eager"
+
+
+TYPO_LOADS = {
+    "AutoModel": lambda path, typo: transformers.AutoModel.from_pretrained(path, norm_type=typo),
+    "AutoModelForSequenceClassification": lambda path, typo: (
+        transformers.AutoModelForSequenceClassification.from_pretrained(path, norm_type=typo, num_labels=3)
+    ),
+    "BertNormModel": lambda path, typo: hf_norms.BertNormModel.from_pretrained(path, norm_type=typo),
+    "AutoModel.from_config": lambda path, typo: transformers.AutoModel.from_config(
+        transformers.AutoConfig.from_pretrained(path), norm_type=typo
+    ),
+    "BertNormConfig": lambda path, typo: hf_norms.BertNormConfig(norm_type=typo),
+}
+
+
+@pytest.mark.parametrize("typo", ["dyn", "DyT"])
+@pytest.mark.parametrize("load", sorted(TYPO_LOADS))
+def test_a_mistyped_norm_type_is_one_line_naming_the_nearest_choice(minilm_dir, load, typo):
+    # a config refuses it as transformers' strict configs refuse any value: its validator's name, then the line
+    with pytest.raises((ValueError, StrictDataclassClassValidationError)) as raised:
+        TYPO_LOADS[load](minilm_dir, typo)
+    last_line = str(raised.value).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+    choices = sorted(hf_norms.NORM_TYPES)
+    assert last_line == f"norm_type={typo!r} is not supported (did you mean 'dyt'?); choose one of {choices}."
+
+
+def test_a_derf_head_load_reports_only_the_new_head(load_logs):
+    """Derf's alpha and shift, initialised on purpose, leave the load report; the new classifier stays in it."""
+    log = load_logs["auto derf head"]
+    lines = hf_norms_lines(log)
+    assert len(lines) == 2 and "alpha, shift at their initial values in 13 norms" in lines[1]
+    assert "LOAD REPORT" in log and "classifier.weight" in log and "classifier.bias" in log
+    assert ".alpha" not in log.replace(lines[1], "") and ".shift" not in log

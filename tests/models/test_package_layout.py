@@ -184,3 +184,39 @@ def test_old_module_paths_are_the_new_modules():
     assert norms.__spec__.name == "hf_norms.models.norms"
     assert any("moved to hf_norms.models.norms" in str(w.message) for w in caught)
     assert callable(hf_norms.convert) and hf_norms.NORM_TYPES is norms.NORM_TYPES
+
+
+# Strings that equal a norm name without naming a norm_type: a module attribute and an option value called
+# `layernorm`, and the norms the demo chooses to show.
+NOT_NORM_TYPES = {
+    ("conversion/folding.py", "layernorm"): "the final norm's attribute name",
+    ("models/norm_sepnorm.py", "layernorm"): "a value of `sepnorm_prefix_norm`",
+    ("demo.py", "sepnorm"): "the demo's choice",
+    ("demo.py", "dyt"): "the demo's choice",
+    ("demo.py", "dtn"): "the demo's choice",
+    ("demo.py", "lape"): "the demo's choice",
+}
+
+
+def test_no_norm_name_is_written_outside_the_registry():
+    """A norm_type is named only in `models/norm_registry.py` (docstrings aside): everything else reads the registry,
+    so a norm is added by its layer file and one entry."""
+    from hf_norms.models.norm_registry import NORM_NAMES
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative == "models/norm_registry.py":
+            continue
+        tree = ast.parse(path.read_text())
+        holders = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, holders) and ast.get_docstring(node, clean=False)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in NORM_NAMES and id(node) not in docstrings:
+                if (relative, node.value) not in NOT_NORM_TYPES:
+                    found.append(f"{relative}:{node.lineno} {node.value!r}")
+    assert found == []

@@ -14,15 +14,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from conftest import HF_NORMS_SCRIPT, tiny_config
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, ModelCard
 from PIL import Image
 from safetensors.torch import load_file
-from sentence_transformers import SentenceTransformer
 from transformers import (
     AutoModelForImageClassification,
     AutoModelForSequenceClassification,
@@ -206,6 +206,20 @@ def test_metric_modules_load_from_the_package(name):
     metric = load_metric(name)
     source = inspect.getsource(type(metric))
     assert source in (METRICS_DIR / f"{name}.py").read_text()
+
+
+def test_the_documented_evaluate_load_of_a_metric_module_runs(tmp_path):
+    """The example of docs/fine-tuning.md, as a user pastes it into a fresh interpreter: `evaluate.load` of the module's
+    path, and the F1 it prints is scikit-learn's."""
+    from sklearn.metrics import f1_score
+
+    page = (Path(__file__).parents[2] / "docs" / "fine-tuning.md").read_text()
+    example = page.split("## The metric modules with `evaluate`", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = done.stdout.splitlines()
+    assert printed[0] == str({"f1": f1_score([0, 2, 2, 1], [0, 1, 2, 2], average="macro")}) == "{'f1': 0.5}"
+    assert printed[1].strip()
 
 
 def test_accuracy_and_f1_match_scikit_learn():
@@ -552,8 +566,10 @@ def test_cli_fine_tunes_the_real_minilm_converted_to_dtn(news_csv, minilm_dir, t
     stock = load_file(minilm_dir / "model.safetensors")
     moved = (model.bert.embeddings.word_embeddings.weight - stock["embeddings.word_embeddings.weight"]).abs().max()
     assert moved < 0.05
-    embedder = SentenceTransformer(str(output), device="cpu")  # MiniLM is a sentence-transformers model: still one
-    assert embedder.max_seq_length == 256 and type(embedder[-1]).__name__ == "Normalize"
+    # MiniLM is a sentence-transformers model; the classifier trained from it is not (its modules would drop the head)
+    assert not (output / "modules.json").exists() and not (output / "1_Pooling").exists()
+    card = ModelCard.load(output / "README.md").data
+    assert (card.library_name, card.pipeline_tag) == ("transformers", "text-classification")
 
 
 def test_cli_reports_bad_input_in_one_line(news_csv, minilm_dir, tmp_path, capsys):

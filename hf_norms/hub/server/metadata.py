@@ -67,19 +67,33 @@ def card_metadata(readme: Path) -> dict[str, Any] | None:
     """The YAML metadata of a model card as a JSON-ready mapping, or None when there is none or it does not parse."""
     with readme.open("rb") as file:
         head = file.read(MAX_CARD_METADATA_BYTES + 64)
-    match = _FRONT_MATTER.match(head)
-    if match is None or len(match[1]) > MAX_CARD_METADATA_BYTES:
+    try:
+        return front_matter(head)
+    except ValueError:
         return None
+
+
+def front_matter(card: bytes) -> dict[str, Any] | None:
+    """The YAML metadata block at the top of a card's bytes as a JSON-ready mapping; None when the card has none.
+    Raises ValueError, saying why, when the block is too large, does not parse (aliases and over-deep nesting
+    included) or is not a mapping."""
+    match = _FRONT_MATTER.match(card)
+    if match is None:
+        return None
+    if len(match[1]) > MAX_CARD_METADATA_BYTES:
+        raise ValueError(f"the YAML metadata is larger than {MAX_CARD_METADATA_BYTES} bytes")
     import yaml
 
     loader = _no_alias_loader(yaml)(match[1].decode("utf-8", errors="replace"))
     try:
         value = loader.get_single_data()
-    except yaml.YAMLError:
-        return None
+    except yaml.YAMLError as error:
+        raise ValueError(f"the YAML metadata does not parse: {' '.join(str(error).split())}") from None
     finally:
         loader.dispose()
-    return _jsonable(value) if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        raise ValueError(f"the YAML metadata must be a mapping of fields, not {type(value).__name__}")
+    return _jsonable(value)
 
 
 @functools.cache

@@ -10,6 +10,7 @@ elsewhere). Preupload always answers `uploadMode: "regular"`, so file bytes arri
 
 from __future__ import annotations
 
+from .card_rules import card_problems
 from .messages import Request, Response
 from .payloads import (
     bad_request,
@@ -25,10 +26,14 @@ VISIBILITIES = ("public", "private")
 
 
 def validate_yaml(request: Request) -> Response:
-    """huggingface_hub sends each README it uploads here first; every card passes (see `metadata` for how the card
-    is then read)."""
-    request.json_body()
-    return Response(payload={"errors": [], "warnings": []})
+    """Check a card's metadata as the Hub does (`card_rules`): 400 listing the errors, else 200 with the warnings.
+    huggingface_hub sends each README.md it uploads here first and refuses the upload on a 400."""
+    body = request.json_body()
+    content = json_field(body, "content", str, required=True)
+    repo_type = _repo_type(body, "repoType")
+    errors, warnings = card_problems(content, repo_type)
+    payload = {"errors": [{"message": m} for m in errors], "warnings": [{"message": m} for m in warnings]}
+    return Response(400 if errors else 200, payload)
 
 
 def _repo_type(body: dict, name: str = "type") -> str:
