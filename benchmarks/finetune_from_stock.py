@@ -24,6 +24,12 @@ data order (`TrainingArguments.seed`) are the same for every model.
     python -m benchmarks.finetune_from_stock --task dinov2-small --norm-types layernorm FOLDER_DYT FOLDER_DERF
     python -m benchmarks.finetune_from_stock --summarize results-a.json results-b.json   # one table from saved runs
     python -m benchmarks.finetune_from_stock --smoke               # a few examples, to check it runs
+    python -m benchmarks.finetune_from_stock --norm-types layernorm --cli-heal-cpu-minutes 6 15 --seeds 0 1 2
+
+`--cli-heal-cpu-minutes M ...` adds the checkpoints a new user gets from the command line with every default (MiniLM
+only): `hf-norms convert` of all-MiniLM-L6-v2 to `--cli-norm-type` on 256 training articles, then `hf-norms heal` on
+1000 others for M CPU minutes, both drawn from the training split by `--cli-data-seed` (no recipe draws them so; the
+test articles are never read), built once under `--work` and fine-tuned as they are written (their own config).
 
 Prints one JSON line per fine-tune as it ends and a Markdown table per protocol: mean accuracy, standard deviation
 and range over seeds, and the gap to LayerNorm's mean in points.
@@ -34,7 +40,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -232,6 +240,26 @@ def record_into_folders(results: list[dict], description: str, command: str) -> 
     return written
 
 
+def cli_checkpoint(norm_type: str, cpu_minutes: float, data_seed: int, work: Path) -> str:
+    """The folder `hf-norms convert` and `hf-norms heal --max-cpu-minutes` write with every other option at its
+    default (see the module docstring), built under `work` unless it is there; returns its path."""
+    folder = work / f"cli-{norm_type}-seed{data_seed}-{cpu_minutes:g}cpumin"
+    if (folder / REPORT_JSON).is_file() and (json.loads((folder / REPORT_JSON).read_text()).get("healing")):
+        return str(folder)
+    texts = [" ".join(text.split()) for text in packaged_dataset("bbc-news")["train"]["text"]]
+    random.Random(data_seed).shuffle(texts)
+    work.mkdir(parents=True, exist_ok=True)
+    calibration, healing = work / f"calibration-seed{data_seed}.txt", work / f"healing-seed{data_seed}.txt"
+    calibration.write_text("\n".join(texts[:256]) + "\n")
+    healing.write_text("\n".join(texts[256:1256]) + "\n")
+    command = str(Path(sys.executable).with_name("hf-norms"))
+    subprocess.run([command, "convert", str(packaged.minilm_path()), "--norm-type", norm_type, "--calibration-data",
+                    str(calibration), "--output", str(folder), "--overwrite"], check=True)  # fmt: skip
+    subprocess.run([command, "heal", str(folder), "--data", str(healing), "--max-cpu-minutes", f"{cpu_minutes:g}"],
+                   check=True)  # fmt: skip
+    return str(folder)
+
+
 def parse_overrides(items: list[str]) -> dict:
     """`KEY=VALUE` config fields (numbers parsed) to set when loading every model."""
     overrides = {}
@@ -248,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m benchmarks.finetune_from_stock`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--norm-types", nargs="+", default=sorted(hf_norms.NORM_TYPES),
+        "--norm-types", nargs="*", default=sorted(hf_norms.NORM_TYPES),
         help=f"any of {sorted(hf_norms.NORM_TYPES)}, or converted checkpoint folders to fine-tune as they are",
     )  # fmt: skip
     parser.add_argument("--task", default="minilm", choices=sorted(TASKS))
@@ -261,6 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--record", action="store_true",
                         help="write each checkpoint folder's accuracy beside LayerNorm's into its conversion report")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="16 training and 16 test examples, a quarter of an epoch")
+    parser.add_argument("--cli-heal-cpu-minutes", nargs="*", type=float, default=[],
+                        help="also fine-tune what hf-norms convert + heal write with defaults, healed this long")  # fmt: skip
+    statistics_free = [name for name, spec in hf_norms.NORM_TYPES.items() if spec.statistics_free]
+    parser.add_argument("--cli-norm-type", default=statistics_free[0], choices=statistics_free,
+                        help="the norm_type of those checkpoints")  # fmt: skip
+    parser.add_argument("--cli-data-seed", type=int, default=7, help="draws their calibration and healing articles")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hf-norms-cli-path",
+                        help="where those checkpoints are built (kept, reused)")  # fmt: skip
     return parser
 
 
@@ -278,7 +314,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     transformers.logging.set_verbosity_error()
     task = TASKS[args.task](args.smoke)
     overrides = parse_overrides(args.override)
-    norm_types = sorted(args.norm_types, key=lambda name: name != "layernorm")  # the baseline first
+    built = [cli_checkpoint(args.cli_norm_type, minutes, args.cli_data_seed, args.work)
+             for minutes in args.cli_heal_cpu_minutes]  # fmt: skip
+    norm_types = sorted([*args.norm_types, *built], key=lambda name: name != "layernorm")  # the baseline first
     results = []
     for protocol in args.protocols:
         for seed in args.seeds:

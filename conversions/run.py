@@ -10,7 +10,7 @@ Each `conversions/<name>.json` is one published checkpoint:
       "convert": {keyword arguments of hf_norms.convert.convert: "norm_type", "options", "calibration_data",
                   "calibration_samples", "evaluation_data", "evaluation_samples", "max_length", ...},
       "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional),
-      "config": {config fields written into the built checkpoint after healing, e.g. its dropout}   (optional),
+      "config": {config fields written into the built checkpoint after healing}   (optional),
       "card": {keyword arguments of hf_norms.model_card.gather_card_facts: "base_model", "license", "notes", ...},
       "fine_tuning": {a record of `python -m benchmarks.finetune_from_stock ... --record`}   (optional)
     }
@@ -24,9 +24,9 @@ the card maps to the Hub dataset. The checkpoint is built in `<work>/<name>` (ke
 card from its report), the card is written to `model_cards/<name>.md`, and `--push` uploads the folder with the same
 card to `repo_id` (endpoint from `--endpoint` or `HF_ENDPOINT`, token from HF_TOKEN or `hf auth login`).
 
-A recipe's `config` fields change what the checkpoint does when fine-tuned, not its weights: healing trains with the
-source's dropout, and the published config may then set the dropout its users fine-tune best with; the card's notes
-must say so and why. A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the
+A recipe's `config` fields change what the checkpoint does when fine-tuned, not its weights; the card's notes must say
+so and why. The values a norm fine-tunes best with (DyT and Derf: no dropout) are not a recipe's: `convert` and `heal`
+write them for every checkpoint (`NormSpec.fine_tuning_config`), and the card says why. A recipe's `fine_tuning` record (the fine-tuned accuracy beside the source's, measured by the
 benchmark on a build of this recipe) is written into the built checkpoint's report before its card is rendered; when
 the weights are not those it was measured on (their sha256 differs), its description says so. `--threads N` sets
 torch's intra-op threads (healing budgets are in CPU time: one thread spends it most efficiently).

@@ -104,6 +104,12 @@ class ConversionOptions:
         "Fashion-MNIST)"
     )
     probe_samples: int = option("probe training examples (half as many test examples)", 256)
+    retrieval_samples: int = option(
+        "sentence-transformers sources: measure semantic search on this many query-document pairs per set (BBC News "
+        "titles -> articles, Python documentation first sentences -> the rest; e.g. 128), recall@1 and MRR@10 "
+        "against the source's (default 0: not measured)",
+        0,
+    )
     max_length: int | None = option(
         "text: tokens per example (default: a sentence-transformers source's max_seq_length, else 128)"
     )
@@ -126,6 +132,8 @@ class ConversionOptions:
         cosine = self.target_cosine
         if cosine is not None and not (isinstance(cosine, (int, float)) and 0 < cosine <= 1):
             raise ConversionError(f"--target-cosine must be in (0, 1], got {cosine}.")
+        if self.retrieval_samples != 0:
+            check_counts(self, "retrieval_samples")
 
 
 @dataclass(kw_only=True)
@@ -195,7 +203,7 @@ class HealArguments:
     )
     head_weight: float = option("weight of the [CLS] final state and pooler output errors (what stock heads read)", 1.0)
     student_dropout: bool = option(
-        "train the student with its config's dropout (--no-student-dropout: without; it then fine-tunes worse with "
+        "train the student with its source's dropout (--no-student-dropout: without; it then fine-tunes worse with "
         "dropout on)",
         True,
     )

@@ -50,8 +50,9 @@ from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
-from .report import write_report
+from .report import set_fine_tuning_config, write_report
 from .residual_stream import center_residual_stream
+from .retrieval import RetrievalCheck, measure_retrieval
 from .sharded import MappedWeights, drop_pages_after_reading, pages_dropped_after_use, save_like_source
 from .sources import (
     SourceModel,
@@ -324,6 +325,9 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     report = student.conversion_report
     report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
     report["source_revision"] = checkpoint.revision
+    retrieval = RetrievalCheck.load(checkpoint.path, a.retrieval_samples, a.batch_size)
+    measure_retrieval(report, retrieval, student, teacher)
+    set_fine_tuning_config(student, report)
     with planned.staged("convert") as staging:
         if weights:
             save_like_source(student, processor, staging, weights)

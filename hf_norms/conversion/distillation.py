@@ -43,7 +43,7 @@ def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str
         f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + {token_weight:g} * (1 - per-token cosine of "
         f"final states, averaged per token type: prefix, special, ordinary) + {head_weight:g} * (prefix-token final "
         "state and pooler output ||.||^2 errors) + KL(teacher || student) of logits where a head exists; student "
-        + ("in training mode with its config's dropout" if student_dropout else "without dropout")
+        + ("in training mode with its source's dropout" if student_dropout else "without dropout")
     )
 
 

@@ -4,7 +4,7 @@
 
 The student is the converted model in `DIR` (all its parameters train); the teacher is the original model named in
 `DIR/conversion_report.json` (or `--teacher`), frozen in eval mode. The student trains in training mode, with the
-dropout of its config (`student_dropout`): LayerNorm divides each token by its own standard deviation, which keeps
+dropout of its source (`student_dropout`; the config `convert` wrote may set another for fine-tuning): LayerNorm divides each token by its own standard deviation, which keeps
 dropout noise small; DyT and Derf pass it on, so a model distilled without dropout does not tolerate the dropout that
 fine-tuning turns on. On unlabeled examples, per batch:
 
@@ -76,7 +76,8 @@ from .distillation import (
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .processes import Processes
-from .report import REPORT_JSON, read_report, write_report
+from .report import REPORT_JSON, read_report, set_fine_tuning_config, write_report
+from .retrieval import RetrievalCheck, measure_retrieval
 from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
 from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
@@ -119,6 +120,7 @@ class HealingRun:
     teacher: nn.Module
     checks: Any
     max_length: int
+    retrieval: RetrievalCheck | None
 
     @classmethod
     def prepare(cls, a: HealArguments) -> HealingRun:
@@ -142,14 +144,17 @@ class HealingRun:
         data = DataSource(a.data, a.data_config, a.data_split, column) if is_streamed(a.data) else a.data
         evaluation, examples = healing_examples(report, modality, data, a.evaluation_data, a.samples,
                                                 processes.count, a.token)  # fmt: skip
-        student = load_student(folder, report["architecture"])
+        training_config = (report.get("fine_tuning_config") or {}).get("source_values", {})
+        student = load_student(folder, report["architecture"], training_config)
         max_length, report["evaluation"]["max_length"] = (fitting_max_length(student.config, length)
                                                           for length in (a.max_length, report["evaluation"]["max_length"]))  # fmt: skip
         checks = checks_for_report(report, processor, modality, a.ood_evaluation_data, a.probe_data, a.batch_size,
                                    evaluation)  # fmt: skip
         teacher = load_teacher(source, source_model)
+        retrieval = RetrievalCheck.load(source.path, (report.get("retrieval_evaluation") or {}).get("samples", 0),
+                                        a.batch_size)  # fmt: skip
         return cls(a, device, processes, folder, report, places, modality, processor, evaluation, examples, student,
-                   teacher, checks, max_length)  # fmt: skip
+                   teacher, checks, max_length, retrieval)  # fmt: skip
 
 
 def heal_folder(arguments: HealArguments) -> dict[str, Any]:
@@ -185,6 +190,7 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
     if processes.is_main:
         report, examples = run.report, run.examples
         measure_healed(report, student, run.teacher, run.processor, run.evaluation, run.checks, a.batch_size)
+        measure_retrieval(report, run.retrieval, student, run.teacher)
         report["healing"] = {
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
             "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
@@ -232,15 +238,16 @@ def measure_healed(
         report.update(checks.records())
 
 
-def load_student(folder: Path, architecture: str) -> nn.Module:
-    """The converted model in `folder`, refused when its config's norms (`norm_type`, `layer_norm_types`, per-channel
+def load_student(folder: Path, architecture: str, training_config: dict[str, Any] | None = None) -> nn.Module:
+    """The converted model in `folder`, with the config values it heals with (`training_config`: the source's dropout
+    where `convert` saved the values it fine-tunes best with, `convert.set_fine_tuning_config`), refused when its config's norms (`norm_type`, `layer_norm_types`, per-channel
     options) do not match the norm parameters stored: transformers would initialise the missing ones (a hand-edited
     `layer_norm_types` gives a kept LayerNorm a fresh DyT alpha) and drop the others, and heal would train from that."""
     model_class = MODEL_CLASSES[architecture]
     shapes = check_weights(folder, allow_pickle=False)[1]
     check_source_config(folder, shapes)
     with quiet_transformers():
-        config = model_class.config_class.from_pretrained(folder)
+        config = model_class.config_class.from_pretrained(folder, **(training_config or {}))
         check_model_fits(model_class, config, shapes, str(folder / "config.json"))
         student, info = model_class.from_pretrained(
             folder, config=config, dtype=torch.float32, output_loading_info=True
@@ -346,7 +353,7 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
 def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tuple[int, dict[str, Any]]:
     """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints in
     the run's work folder, resuming from the checkpoint `resume_from` when given, the student in training mode (with
-    its config's dropout, or none without `student_dropout`), under bfloat16 autocast with `bf16`. The Trainer places
+    its source's dropout, or none without `student_dropout`), under bfloat16 autocast with `bf16`. The Trainer places
     the student on the run's device (under a launcher, this process's GPU) and shards the data over the processes; the
     teacher follows the student (`devices.training_teacher`, checked on one evaluation batch). Returns the number of
     optimizer steps done in total and the teacher's record."""
@@ -388,8 +395,10 @@ def _disable_dropout(model: nn.Module) -> None:
 
 
 def _save_healed(student: nn.Module, processor, folder: Path, places: HealingPlaces, report: dict) -> None:
-    """Write the healed checkpoint to the output when complete (an earlier one there is moved aside). The folder's
-    other files are copied along (never through a link out of it)."""
+    """Write the healed checkpoint to the output when complete (an earlier one there is moved aside), its config with
+    the values it fine-tunes best with (`convert.set_fine_tuning_config`). The folder's other files are copied along
+    (never through a link out of it)."""
+    set_fine_tuning_config(student, report)
     with places.output.staged("heal") as staging:
         copy_checkpoint_files(folder, staging)
         save_checkpoint(student, processor, staging)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConversionError
 from ..models.auto_registration import MODEL_CLASSES
-from ..models.norms import norm_spec
+from ..models.norms import fine_tuning_config, norm_spec
 from ..readers import read_json_object
 from .data import TOKEN_TYPES
 
@@ -93,6 +93,9 @@ def stage_summary(stage: str, metrics: dict[str, Any], max_abs_diff: bool = True
         probe = metrics["probe"]
         text += (f", probe accuracy {probe['teacher_accuracy']:.3f} -> {probe['student_accuracy']:.3f} "
                  f"({probe['points_kept']:+.1f} points)")  # fmt: skip
+    for name, scores in (metrics.get("retrieval") or {}).items():
+        text += (f", {name.replace('_', '-')} search recall@1 {scores['source_recall_at_1']:.3f} -> "
+                 f"{scores['recall_at_1']:.3f}, MRR@10 {scores['source_mrr_at_10']:.3f} -> {scores['mrr_at_10']:.3f}")  # fmt: skip
     return text
 
 
@@ -309,6 +312,26 @@ def downstream_markdown(report: dict[str, Any]) -> list[str]:
                 + " | ".join("n/a" if scores.get(key) is None else f"{scores[key]:+.1f}"
                              for key in ("points_kept", "points_kept_retrained")) + " |"
             )  # fmt: skip
+    return lines + retrieval_markdown(report)
+
+
+def retrieval_markdown(report: dict[str, Any]) -> list[str]:
+    """The report's semantic-search section (`retrieval.RetrievalCheck`): per measured stage and set, recall@1 and
+    MRR@10 of the original and the converted model, and the fraction kept."""
+    record = report.get("retrieval_evaluation")
+    if not record:
+        return []
+    sets = "; ".join(
+        f"{name.replace('_', ' ')}: {s['pairs']} pairs of {s['name']}" for name, s in record["sets"].items()
+    )
+    lines = ["", "## Semantic search", "", f"{record['method']} ({sets}).", "",
+             "| stage | set | recall@1, original | recall@1, converted | kept | MRR@10, original | MRR@10, converted | kept |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for stage, metrics in report["stages"].items():
+        for name, scores in (metrics.get("retrieval") or {}).items():
+            lines.append(f"| {stage} | {name.replace('_', ' ')} | " + " | ".join(
+                _number(scores.get(key)) for key in ("source_recall_at_1", "recall_at_1", "recall_at_1_kept",
+                                                     "source_mrr_at_10", "mrr_at_10", "mrr_at_10_kept")) + " |")  # fmt: skip
     return lines
 
 
@@ -359,3 +382,24 @@ def _short_name(name: str) -> str:
     """`bert.encoder.layer.3.attention.output.LayerNorm` -> `3.attn.LayerNorm` (`output.LayerNorm` -> `ffn.LayerNorm`)."""
     parts = [p for p in name.split(".") if p not in {"bert", "vit", "deit", "encoder", "layer", "layers"}]
     return ".".join(parts).replace("attention.output.", "attn.").replace("output.", "ffn.") or name
+
+
+def set_fine_tuning_config(model, report: dict[str, Any]) -> None:
+    """Set in `model.config`, the config saved with it, the values its norms fine-tune best with
+    (`NormSpec.fine_tuning_config`: DyT and Derf, no dropout), so that the plain `Trainer` and any other tool fine-tune
+    the saved checkpoint with them; record them in `report["fine_tuning_config"]` with the source's values (what `heal`
+    trains with) and why. The modules keep what they were built with: the model in memory is unchanged."""
+    chosen, specs = fine_tuning_config(model.config)
+    if not chosen:
+        return
+    recorded = report.get("fine_tuning_config") or {}
+    report["fine_tuning_config"] = {
+        "config": {**recorded.get("config", {}), **chosen},
+        "source_values": {
+            **{name: getattr(model.config, name) for name in chosen},
+            **recorded.get("source_values", {}),
+        },
+        "reason": "; ".join(dict.fromkeys(spec.fine_tuning_reason for spec in specs)),
+    }
+    for name, value in chosen.items():
+        setattr(model.config, name, value)

@@ -148,6 +148,13 @@ def open_stream(
         texts = held_out.texts
         stream.dataset = stream.dataset.filter(lambda example: example["item"] not in texts)
     if not stream.first(1).items:
+        if held_out is not None:
+            open_stream(source, modality, None, processes, token)  # refuses data that holds no example at all
+            raise ConversionError(
+                f"Every {modality} example of {stream.description} is also one the conversion evaluates on "
+                f"({held_out.count} held out from position {held_out.start}), so none is left to heal on: give --data "
+                "other examples, or --eval-data other data to evaluate on."
+            )
         raise ConversionError(f"{stream.description} holds no {modality} examples to heal on.")
     return stream
 

@@ -19,9 +19,9 @@ def downstream_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
     cosine, then the out-of-domain and short-input cosine and the probe accuracies of the checks the report made
     (a dash for a figure a stage lacks); empty when it made none."""
     report = report or {}
-    ood, short, probe = (report.get(key) for key in ("out_of_domain_evaluation", "short_input_evaluation",
-                                                       "probe_evaluation"))  # fmt: skip
-    if not (ood or short or probe):
+    ood, short, probe, retrieval = (report.get(key) for key in ("out_of_domain_evaluation", "short_input_evaluation",
+                                                                  "probe_evaluation", "retrieval_evaluation"))  # fmt: skip
+    if not (ood or short or probe or retrieval):
         return []
     figure = lambda values, key, fmt: "—" if values.get(key) is None else fmt.format(values[key])  # noqa: E731
     rows = []
@@ -41,8 +41,23 @@ def downstream_rows(report: dict[str, Any] | None) -> list[dict[str, str]]:
             row["probe accuracy, this checkpoint"] = figure(scores, "student_accuracy", "{:.3f}")
             row["refitted probe, this checkpoint"] = figure(scores, "student_retrained_accuracy", "{:.3f}")
             row["points kept"] = figure(scores, "points_kept", "{:+.1f}")
+        if retrieval:
+            row.update(retrieval_cells(measured.get("retrieval") or {}))
         rows.append(row)
     return rows
+
+
+def retrieval_cells(measured: dict[str, Any]) -> dict[str, str]:
+    """A stage's retrieval columns: per set, recall@1 and MRR@10 as `this checkpoint / source (kept %)`."""
+    cells = {}
+    for name, title in (("in_domain", "in domain"), ("out_of_domain", "out of domain")):
+        for key, metric in (("recall_at_1", "recall@1"), ("mrr_at_10", "MRR@10")):
+            scores = measured.get(name) or {}
+            kept = scores.get(f"{key}_kept")
+            cells[f"search {metric}, {title}"] = "—" if key not in scores else (
+                f"{scores[key]:.3f} / {scores[f'source_{key}']:.3f}" + ("" if kept is None else f" ({100 * kept:.1f} %)")
+            )  # fmt: skip
+    return cells
 
 
 def provenance(facts: CardFacts) -> list[str]:
@@ -86,6 +101,8 @@ def provenance(facts: CardFacts) -> list[str]:
                 f"Healed by distillation from the source ({h['loss']}) on {examples}: "
                 f"{plural(h['steps'], 'step')}, {h['seconds']:.0f} s."
             )
+        if report.get("fine_tuning_config"):
+            steps.append(fine_tuning_config_note(report["fine_tuning_config"]))
     if facts.training is not None:
         run = facts.training
         detail = ", ".join(
@@ -101,6 +118,19 @@ def provenance(facts: CardFacts) -> list[str]:
             f"{f' ({detail})' if detail else ''}."
         )
     return [*steps, *facts.notes]
+
+
+def fine_tuning_config_note(record: dict[str, Any]) -> str:
+    """Why the config holds other values than the source's (`convert.set_fine_tuning_config`), and how to undo it."""
+    names = " and ".join(f"`{name}`" for name in record["config"])
+    values = ", ".join(f"{name}={value}" for name, value in record["config"].items())
+    source = ", ".join(f"{name}={value}" for name, value in record["source_values"].items())
+    return (
+        f"The config sets {names} to what this checkpoint fine-tunes best with ({values}; the source's: {source}), so "
+        f"that the plain `Trainer` and any other tool fine-tune it that way: {record['reason']}. Inference is "
+        f"unchanged (dropout acts only in training). To fine-tune with the source's values, pass {source} to "
+        "`from_pretrained`."
+    )
 
 
 def layers_kept(facts: CardFacts, report: dict[str, Any]) -> str:

@@ -114,6 +114,9 @@ class NormSpec:
       bias`, so the affine folds into the next Linear layers. `statistics_free`: no statistics (the output follows the
       input's scale). `uses_batch_statistics(config)`, `keeps_input_position_embeddings(config)`: what a config of it
       does.
+    - `fine_tuning_config`: config values a checkpoint with this norm fine-tunes measurably better with than its
+      LayerNorm source's (DyT, Derf: no dropout), which `convert` and `heal` write into the config they save and
+      `hf-norms finetune` sets; `fine_tuning_reason` is the measurement that chose them, for the card and the log.
     - `paper`, `text`, `caveats(options, family, untrained)`: what a model card cites and says.
     """
 
@@ -136,6 +139,8 @@ class NormSpec:
     uses_batch_statistics: Callable[[Any], bool] = lambda config: False
     keeps_input_position_embeddings: Callable[[Any], bool] = lambda config: True
     caveats: Callable[[Mapping[str, Any], str, bool], list[str]] = lambda options, family, untrained: []
+    fine_tuning_config: Mapping[str, Any] = field(default_factory=dict)
+    fine_tuning_reason: str = ""
 
     def converts_exactly(self, family: str, options: Mapping[str, Any]) -> bool:
         """Whether a conversion of a `family` LayerNorm checkpoint with these option values computes its function."""

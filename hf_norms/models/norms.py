@@ -43,6 +43,7 @@ __all__ = [
     "TokenLayout",
     "build_norm",
     "build_position_norm",
+    "fine_tuning_config",
     "function_preserving_options",
     "init_norm_parameters",
     "lape_position_embeddings",
@@ -85,6 +86,20 @@ def preserves_layernorm_function(config) -> bool:
     `preserving_options` and the config holds each of their values."""
     preserving = norm_spec(config.norm_type).preserving_options
     return preserving is not None and all(getattr(config, name) == value for name, value in preserving.items())
+
+
+def fine_tuning_config(config) -> tuple[dict[str, Any], list[NormSpec]]:
+    """(the config values the norms of `config` fine-tune best with, `NormSpec.fine_tuning_config`, where `config` holds
+    another value; the registry entries that chose them)."""
+    kinds = dict.fromkeys(getattr(config, "layer_norm_types", None) or [config.norm_type])
+    specs = [norm_spec(kind) for kind in kinds if norm_spec(kind).fine_tuning_config]
+    chosen = {
+        name: value
+        for spec in specs
+        for name, value in spec.fine_tuning_config.items()
+        if hasattr(config, name) and getattr(config, name) != value
+    }
+    return chosen, specs
 
 
 def norm_type_at(config, layer_index: int) -> str:

@@ -3,12 +3,12 @@ checkpoint's function, the choices made for normalization-free models) and the m
 scratch, or, for a LayerNorm checkpoint loaded into DyT or Derf, calibrated on training examples first
 (`hf_norms.convert_model`).
 
-A model with DyT or Derf norms fine-tunes without dropout (`normalization_free_choices`): LayerNorm divides each token
-by its own standard deviation and so keeps dropout noise small, DyT and Derf pass it on. all-MiniLM-L6-v2 on 400 BBC
-News articles, 2 epochs, lr 5e-5, mean of 3 seeds: DyT healed with dropout 0.856 with the config's dropout 0.1, 0.905
-without (LayerNorm 0.876); calibrated DyT 0.575 with 0.1, 0.867 without (seed 0). The choice is logged, never changes
-the architecture (the head stays the stock one), and `--normalization_free_defaults false` or an explicit dropout in
-`--config_overrides` overrides it."""
+A model with DyT or Derf norms fine-tunes with the config values the registry says they fine-tune best with
+(`normalization_free_choices`, `NormSpec.fine_tuning_config`: no dropout, and why); a checkpoint `convert` or `heal`
+wrote carries them already, this sets them on older ones and on LayerNorm checkpoints loaded into DyT or Derf (calibrated
+DyT on BBC News, seed 0: 0.575 with dropout 0.1, 0.867 without). The choice is logged, never changes the architecture
+(the head stays the stock one), and `--normalization_free_defaults false` or an explicit value in `--config_overrides`
+overrides it."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from ..models.modeling_bert_norm import BertNormForMaskedLM, BertNormForSequence
 from ..models.modeling_deit_norm import DeiTNormForImageClassification
 from ..models.modeling_dinov2_norm import Dinov2NormForImageClassification
 from ..models.modeling_vit_norm import ViTNormForImageClassification
-from ..models.norms import NORM_TYPES, STOCK, function_preserving_options, norm_spec
+from ..models.norms import NORM_TYPES, STOCK, fine_tuning_config, function_preserving_options
 from .arguments import ModelArguments
 
 logger = logging.getLogger(__name__)
@@ -167,32 +167,24 @@ def check_label_count(source: str | None, count: int) -> None:
         raise FinetuneInputError(str(error)) from None
 
 
-DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-
-
-def statistics_free_norms(config: PreTrainedConfig) -> list[str]:
-    """The norm types of `config` without statistics (DyT, Derf), over its layers."""
-    types = getattr(config, "layer_norm_types", None) or [getattr(config, "norm_type", STOCK)]
-    return sorted({kind for kind in types if norm_spec(kind).statistics_free})
-
-
 def normalization_free_choices(config: PreTrainedConfig, model_args: ModelArguments) -> dict[str, Any]:
-    """Set, and log, what fine-tunes a DyT or Derf checkpoint measurably better: no dropout, unless the user set it
-    (`--config_overrides`) or turned the choices off (`--normalization_free_defaults false`). Returns the fields set."""
-    kinds = statistics_free_norms(config)
-    if not kinds or not model_args.normalization_free_defaults or model_args.model_name_or_path is None:
+    """Set, and log, the config values the checkpoint's norms fine-tune measurably better with
+    (`NormSpec.fine_tuning_config`: DyT and Derf, no dropout), where its config holds others (a checkpoint `convert`
+    or `heal` wrote holds them already), unless the user set them (`--config_overrides`) or turned the choices off
+    (`--normalization_free_defaults false`). Returns the fields set."""
+    if not model_args.normalization_free_defaults or model_args.model_name_or_path is None:
         return {}  # a model trained from scratch learns with its dropout from the start
     explicit = override_keys(model_args.config_overrides)
-    chosen = {name: 0.0 for name in DROPOUT_FIELDS if name not in explicit and getattr(config, name, 0.0) > 0}
+    proposed, specs = fine_tuning_config(config)
+    chosen = {name: value for name, value in proposed.items() if name not in explicit}
     for name, value in chosen.items():
         setattr(config, name, value)
     if chosen:
         logger.warning(
-            "%s norms: fine-tuning without dropout (%s set to 0): these norms pass dropout noise on where LayerNorm "
-            "removed it (all-MiniLM-L6-v2 healed to DyT, fine-tuned on BBC News: 0.905 without dropout, 0.856 with "
-            "0.1; LayerNorm 0.876). The head stays the stock one. Keep the dropout with "
-            "--normalization_free_defaults false or set it with --config_overrides.",
-            "/".join(kinds), ", ".join(chosen),
+            "%s norms: fine-tuning with %s: %s. The head stays the stock one. Keep the config's values with "
+            "--normalization_free_defaults false or set them with --config_overrides.",
+            "/".join(spec.short_name for spec in specs), ", ".join(f"{k}={v}" for k, v in chosen.items()),
+            "; ".join(dict.fromkeys(spec.fine_tuning_reason for spec in specs)),
         )  # fmt: skip
     return chosen
 

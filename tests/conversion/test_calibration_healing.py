@@ -338,7 +338,7 @@ def test_healing_trains_the_student_with_its_dropout_and_stops_on_cpu_time(tiny_
     report = run(max_steps=5, max_cpu_minutes=0)
     assert report["healing"]["steps"] == 1  # the CPU-time budget stopped it after one step
     assert report["healing"]["cpu_seconds"] > 0 and report["healing"]["threads"] == torch.get_num_threads()
-    assert "training mode with its config's dropout" in report["healing"]["loss"]
+    assert "training mode with its source's dropout" in report["healing"]["loss"]
     training_calls = [p for training, p in calls if training]
     assert training_calls and set(training_calls) == {0.1}  # the student's dropouts, at the config's rate
     report = run(max_steps=1, student_dropout=False)

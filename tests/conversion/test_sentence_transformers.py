@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import run_without_hf_norms, tiny_sentence_transformer
 from sentence_transformers import SentenceTransformer
 
@@ -83,3 +84,47 @@ def test_fidelity_is_measured_at_the_max_seq_length_the_model_runs_at(tiny_bert_
     # MiniLM's own 256 is cut to the tiny BERT's 64 position embeddings
     report = convert(tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "long"), "dtn", tmp_path / "64")
     assert report["evaluation"]["max_length"] == 64
+
+
+def test_rank_scores_count_ties_against_the_pair():
+    from hf_norms.conversion.retrieval import rank_scores
+
+    documents = torch.eye(4)
+    assert rank_scores(documents, documents) == {"recall_at_1": 1.0, "mrr_at_10": 1.0}
+    queries = documents[[1, 0, 2, 3]] + 0.5 * documents  # the first two find each other's document first: rank 2
+    assert rank_scores(queries, documents) == {"recall_at_1": 0.5, "mrr_at_10": 0.75}
+    assert rank_scores(torch.ones(4, 4), documents)["recall_at_1"] == 0.0  # every document ties: none ranks first
+
+
+def test_semantic_search_is_measured_through_sentence_transformers(tiny_bert_dir, minilm_dir, tmp_path):
+    """An exact conversion keeps all of the source's recall@1 and MRR@10 (in the report, its Markdown and the card),
+    the converted folder embeds through `SentenceTransformer` as the check measured it, and a perturbed model keeps
+    less."""
+    from hf_norms.conversion.retrieval import RetrievalCheck
+
+    source = tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "source", max_seq_length=48)
+    output = tmp_path / "dtn"
+    arguments = ["convert", str(source), "--norm-type", "dtn", "--output", str(output), "--retrieval-samples", "24"]
+    assert cli.main(arguments) == 0
+    report = json.loads((output / "conversion_report.json").read_text())
+    assert report["retrieval_evaluation"]["sets"]["in_domain"]["pairs"] == 24
+    assert report["retrieval_evaluation"]["sets"]["out_of_domain"]["pairs"] == 24
+    measured = report["stages"]["exact"]["retrieval"]
+    for name in ("in_domain", "out_of_domain"):
+        scores = measured[name]
+        assert 0 < scores["source_mrr_at_10"] <= 1 and scores["mrr_at_10"] == pytest.approx(scores["source_mrr_at_10"])
+        assert scores["recall_at_1"] == scores["source_recall_at_1"] and scores["mrr_at_10_kept"] == pytest.approx(1)
+    assert "## Semantic search" in (output / "conversion_report.md").read_text()
+    card = str(model_card_for_folder(output, "org/tiny-dtn"))
+    assert "semantic search through sentence-transformers" in card and "search recall@1, in domain" in card
+    check = RetrievalCheck.load(source, 24)
+    converted = SentenceTransformer(str(output), device="cpu")
+    student, teacher = converted[0].auto_model, check.encoder[0].auto_model
+    texts = check.sets["in_domain"].queries[:4]
+    assert (converted.encode(texts, convert_to_tensor=True) - check.embed(student, texts)).abs().max() <= 1e-6
+    with torch.no_grad():
+        for parameter in student.encoder.layer[0].parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    perturbed = check.measure(student, teacher)
+    assert perturbed["in_domain"]["source_mrr_at_10"] == pytest.approx(measured["in_domain"]["source_mrr_at_10"])
+    assert perturbed["in_domain"]["mrr_at_10"] != pytest.approx(perturbed["in_domain"]["source_mrr_at_10"])

@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -71,6 +72,14 @@ def test_the_evaluation_texts_are_left_out(corpus, tmp_path):
     path, expected = corpus
     held_out = HeldOut(16, 8, frozenset(expected[16:24]))
     assert items(open_stream(DataSource(path), "text", held_out).dataset) == expected[:16] + expected[24:]
+    every = HeldOut(0, len(expected), frozenset(expected))  # a --data that is all evaluation examples: said so
+    with pytest.raises(ConversionError, match=rf"^Every text example of {re.escape(str(path))} is also one the "
+                       rf"conversion evaluates on \({len(expected)} held out from position 0\), so none is left to "
+                       "heal on: give --data other examples, or --eval-data"):  # fmt: skip
+        open_stream(DataSource(path), "text", every)
+    (tmp_path / "empty.txt").write_text("\n\n")  # a file without examples is still that
+    with pytest.raises(ConversionError, match=r"empty\.txt holds no text examples to heal on"):
+        open_stream(DataSource(tmp_path / "empty.txt"), "text", HeldOut(0, 1))
     (tmp_path / "bad.txt").write_bytes(b"fine line\nbad \xff byte\n")
     with pytest.raises(ConversionError, match=r"bad\.txt is not UTF-8 text \(byte 0xff at offset 14\)"):
         items(open_stream(DataSource(tmp_path / "bad.txt"), "text").dataset)
@@ -107,6 +116,8 @@ def test_images_stream_from_a_folder_parquet_and_a_saved_dataset(tmp_path):
     assert stream.size == 7 and stream.dataset.n_shards == 7
     pixels = [list(image.getdata()) for image in items(stream.dataset)]
     assert pixels == [list(image.getdata()) for image in expected[:2] + expected[5:]]
+    with pytest.raises(ConversionError, match=r"^Every image example of .* \(10 held out from position 0\)"):
+        open_stream(DataSource(images), "image", HeldOut(0, 10))
 
     encoded = []
     for image in expected:

@@ -183,6 +183,30 @@ def test_healed_dyt_card_is_a_finetune_with_the_post_ln_caveat(dyt_healed):
     assert "post-LN" in text and r"\tanh(\alpha x)" in text and "@inproceedings{zhu2025dyt," in text
 
 
+def test_the_card_says_why_the_config_holds_other_values_than_the_sources(dyt_healed, tmp_path):
+    """A report's `fine_tuning_config` (what convert and heal write into a DyT config) is a step of the provenance:
+    the values, the source's, the registry's measurement, and how to fine-tune with the source's values."""
+    from hf_norms.conversion.convert import set_fine_tuning_config
+
+    folder, report = dyt_healed
+    model = hf_norms.BertNormModel.from_pretrained(folder)
+    report = json.loads(json.dumps(report))
+    set_fine_tuning_config(model, report)  # the fixture's model has MiniLM's dropout 0.1
+    assert model.config.hidden_dropout_prob == 0.0 and model.config.attention_probs_dropout_prob == 0.0
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    (tmp_path / REPORT_NAME).write_text(json.dumps(report))
+    text = str(model_card_for_folder(tmp_path, "hf-norms/all-MiniLM-L6-v2-dyt", base_model=MINILM_ID))
+    assert (
+        "The config sets `hidden_dropout_prob` and `attention_probs_dropout_prob` to what this checkpoint fine-tunes "
+        "best with (hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0; the source's: hidden_dropout_prob=0.1, "
+        "attention_probs_dropout_prob=0.1)"
+    ) in text
+    assert "0.905 and 0.904 without dropout against 0.856 and 0.849 with the source's 0.1" in text
+    assert "pass hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1 to `from_pretrained`" in text
+    assert "The config sets" not in str(model_card_for_folder(folder, "hf-norms/x", base_model=MINILM_ID))
+
+
 class CardTrainer(NormCardTrainerMixin, Trainer):
     pass
 

@@ -667,9 +667,10 @@ def test_a_hub_dataset_is_loaded_with_the_token(monkeypatch):
 def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_the_user_keeps_it(
     tiny_bert_dir, news_csv, tmp_path, caplog
 ):
-    """A LayerNorm BERT (dropout 0.1) fine-tuned as DyT is calibrated and trained without dropout, and so is a DyT
-    checkpoint, converted or healed (with its dropout); the user's dropout or `normalization_free_defaults=False` wins;
-    the from-scratch path is left alone."""
+    """A LayerNorm BERT (dropout 0.1) fine-tuned as DyT is calibrated and trained without dropout; a DyT checkpoint
+    that convert or heal wrote carries dropout 0 in its own config (so the plain Trainer gets it too), heals with the
+    source's 0.1 and says why in its report; the user's dropout or `normalization_free_defaults=False` wins over the
+    choice on a LayerNorm checkpoint; the from-scratch path is left alone."""
     from hf_norms.conversion.convert import convert
     from hf_norms.conversion.healing import heal
 
@@ -684,28 +685,38 @@ def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_the_use
 
     with caplog.at_level("WARNING"):
         assert dropout("calibrated") == (0.0, 0.0)
-    assert "fine-tuning without dropout (hidden_dropout_prob, attention_probs_dropout_prob set to 0)" in caplog.text
+    assert "fine-tuning with hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0: these norms pass" in caplog.text
+    assert "0.905 and 0.904 without dropout" in caplog.text
     assert dropout("explicit", config_overrides="hidden_dropout_prob=0.1") == (0.1, 0.0)
     assert dropout("kept", normalization_free_defaults=False) == (0.1, 0.1)
     texts = [text for text, _ in packaged.bbc_news()[:24]]
     convert(tiny_bert_dir, "dyt", tmp_path / "dyt", calibration_data=texts, calibration_samples=16, max_length=32)
+
+    def written() -> tuple[dict, dict]:
+        config = json.loads((tmp_path / "dyt" / "config.json").read_text())
+        report = json.loads((tmp_path / "dyt" / "conversion_report.json").read_text())
+        return {k: config[k] for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")}, report
+
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    config, report = written()
+    assert config == no_dropout and report["fine_tuning_config"]["config"] == no_dropout
+    assert report["fine_tuning_config"]["source_values"] == {
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+    }
+    assert "0.856 and 0.849 with the source's 0.1" in report["fine_tuning_config"]["reason"]
     assert dropout("converted", model_name_or_path=str(tmp_path / "dyt"), norm_type=None) == (0.0, 0.0)
-    heal(
-        tmp_path / "dyt",
-        texts[:16],
-        evaluation_data=texts[16:],
-        max_steps=1,
-        batch_size=4,
-        max_length=32,
-        progress=False,
-    )
-    caplog.clear()
-    assert json.loads((tmp_path / "dyt" / "conversion_report.json").read_text())["healing"]["student_dropout"]
-    with caplog.at_level("WARNING"):
-        assert dropout("healed", model_name_or_path=str(tmp_path / "dyt"), norm_type=None) == (0.0, 0.0)
-    assert "fine-tuning without dropout" in caplog.text
+    heal(tmp_path / "dyt", texts[:16], evaluation_data=texts[16:], max_steps=1, batch_size=4, max_length=32,
+         progress=False)  # fmt: skip
+    config, report = written()
+    assert config == no_dropout and report["healing"]["student_dropout"]
+    assert report["fine_tuning_config"]["source_values"] == {
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+    }
     healed = dict(model_name_or_path=str(tmp_path / "dyt"), norm_type=None, normalization_free_defaults=False)
-    assert dropout("healed-kept", **healed) == (0.1, 0.1)
+    assert dropout("healed-kept", **healed) == (0.0, 0.0)  # what the checkpoint's own config says
+    assert dropout("healed-user", **healed, config_overrides="hidden_dropout_prob=0.1") == (0.1, 0.0)
     scratch = tiny_model_args("bert", "dyt", extra=",hidden_dropout_prob=0.1", minilm_dir=tiny_bert_dir)
     model = finetune(scratch, text_data(csv_path), training_args(tmp_path / "scratch", max_steps=1)).trainer.model
     assert model.config.hidden_dropout_prob == 0.1
