@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -407,6 +408,9 @@ def measure_stages(
     )
     if calibration is None:
         return {"exact" if exact else "naive": measure()}, None
+    if progress:  # the calibration's bar comes after this measurement
+        examples = sum(len(next(iter(batch.values()))) for batch in data.evaluation_batches)
+        print(f"measuring the naive conversion on {examples} examples, then calibrating", file=sys.stderr, flush=True)
     stages = {"naive": measure()}
     replaced = [name for name in norm_names if not isinstance(student.get_submodule(name), nn.LayerNorm)]
     result = calibrate_norms(student, teacher, data.calibration_batches, replaced, calibration, progress)

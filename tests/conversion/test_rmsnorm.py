@@ -65,7 +65,10 @@ def test_bert_is_calibrated_and_the_command_line_converts_it(tiny_bert_dir, tmp_
     output = tmp_path / "bert-rmsnorm"
     status = cli.main(["convert", str(tiny_bert_dir), "--norm-type", "rmsnorm", "--calibration-data", str(texts),
                        "--calibration-samples", "24", "--eval-samples", "8", "--output", str(output)])  # fmt: skip
-    assert status == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert status == 0, err
+    # before the calibration's bar, a line says what the first seconds are spent on
+    assert "measuring the naive conversion on 8 examples, then calibrating" in err.split("calibrating:")[0], err
     report = __import__("json").loads((output / "conversion_report.json").read_text())
     stages = {stage: values["end_to_end"]["mean_cosine"] for stage, values in report["stages"].items()}
     assert not report["exact"] and set(stages) == {"naive", "calibrated"}
