@@ -6,8 +6,9 @@ instantiate a model of type `bert_norm` ... can yield errors" (a stock checkpoin
 config reads), and a load report listing the parameters a function-preserving norm adds (SepNorm's prefix norm, DTN's
 gates, LaPE's `pe_norm`) as MISSING and "newly initialized" although hf-norms set them so that the model computes
 what the checkpoint computed, or, for DyT and Derf, which cannot, to the initial values the warning of such a load
-announces (one row per layer: 13 rows for a ViT). `held_back` keeps such records from being logged while loading; the caller logs the
-rest of the report (any other missing, unexpected or mismatched keys) and one line of its own.
+announces (one row per layer: 13 rows for a ViT). `held_notices.held_back` keeps such records from being logged while
+loading; the caller logs the rest of the report (any other missing, unexpected or mismatched keys) and one line of its
+own.
 
 Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
 relative imports of flat files.
@@ -19,9 +20,8 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from torch import nn
@@ -47,42 +47,6 @@ PRESERVED_NOTE = (
     "Loaded the LayerNorm checkpoint {path} into {model} with norm_type={norm_type!r}, computing what it computed: "
     "{what} (transformers' notices about these parameters are left out)."
 )
-
-
-def model_type_notice(stock_model_type: str, model_type: str) -> Callable[[str], bool]:
-    """Matches transformers' notice that a `stock_model_type` config is read as `model_type`."""
-    start = f"You are using a model of type `{stock_model_type}` to instantiate a model of type `{model_type}`."
-    return lambda message: message.startswith(start)
-
-
-def load_report_of(model_class: type) -> Callable[[str], bool]:
-    """Matches transformers' load report of a `model_class` model."""
-    return lambda message: f"{model_class.__name__} LOAD REPORT" in message
-
-
-@contextlib.contextmanager
-def held_back(target: logging.Logger, matches: Callable[[str], bool]) -> Iterator[list[logging.LogRecord]]:
-    """Keep the records of `target` whose message `matches` from being logged while the block runs, and yield them
-    (the caller may emit them later with `target.handle(record)`). If the block raises, they are emitted before the
-    error propagates."""
-    records: list[logging.LogRecord] = []
-
-    def hold(record: logging.LogRecord) -> bool:
-        if matches(record.getMessage()):
-            records.append(record)
-            return False
-        return True
-
-    target.addFilter(hold)
-    failed = True
-    try:
-        yield records
-        failed = False
-    finally:
-        target.removeFilter(hold)
-        if failed:
-            for record in records:
-                target.handle(record)
 
 
 def layernorm_loading_options(norm_type: str, explicit: Iterable[str]) -> dict[str, Any]:

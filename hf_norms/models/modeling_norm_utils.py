@@ -21,14 +21,14 @@ from transformers.conversion_mapping import (
     register_checkpoint_conversion_mapping,
 )
 
-from .layernorm_loading import held_back, layernorm_loading_options, load_report_of, replace_load_notices
-from .norm_options import NormOptions
+from .held_notices import held_back, load_report_of
+from .layernorm_loading import layernorm_loading_options, replace_load_notices
+from .norm_options import NORM_OPTION_NAMES
 from .norm_registry import STOCK
 from .norms import init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
-NORM_OPTION_NAMES = frozenset(NormOptions.__dataclass_fields__)
 
 
 def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:

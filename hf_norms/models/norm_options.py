@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from transformers import configuration_utils
 
-from .layernorm_loading import held_back, model_type_notice
+from .held_notices import held_back, model_type_notice
 from .norm_registry import NORM_TYPES, STOCK, unknown_norm_type
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
@@ -62,6 +62,8 @@ NormOptionFields = dataclasses.make_dataclass(
     kw_only=True,
 )
 NormOptionFields.__module__ = __name__
+# The keywords of `from_pretrained` and `from_config` that ask for an hf-norms model
+NORM_OPTION_NAMES = frozenset(NormOptionFields.__dataclass_fields__)
 
 
 class NormOptions(NormOptionFields):
