@@ -4,7 +4,7 @@
     python -m benchmarks.runtimes --checks compiled --norm-types dtn   # inductor: one to two minutes per model
     python -m benchmarks.runtimes --families vit_norm --norm-types dtn
 
-Families come from `hf_norms.models.auto_registration.FAMILIES` and norm types from `hf_norms.NORM_TYPES`, so new ones
+Families come from `hf_norms.models.model_classes.FAMILIES` and norm types from `hf_norms.NORM_TYPES`, so new ones
 join automatically. Each case is a tiny model (hidden 32, 2 layers, 16x16 images or 9 tokens with padded examples, batch 8) of
 the family's classification head, with every parameter moved off its initial value (DTN gates strictly inside (0, 1),
 DyT alpha perturbed, LaPE's position norms and every affine away from 1 and 0, unit-variance Linear layers so outputs
@@ -26,7 +26,7 @@ from torch import nn
 
 import hf_norms
 from benchmarks.timing import markdown_table
-from hf_norms.models.auto_registration import FAMILIES, family_model_classes
+from hf_norms.models.model_classes import FAMILIES, family_model_classes
 
 # A batch of 8: SepNorm's BatchNorm prefix norm normalises [CLS] over the batch, nearly equal values at 2 examples,
 # where 16-bit rounding changes its output by 100 %.

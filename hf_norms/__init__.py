@@ -73,9 +73,9 @@ def __dir__() -> list[str]:
 
 
 def register_with_transformers() -> None:
-    """Register hf-norms' configs and models with the Auto classes (what `import hf_norms` is for): importing
-    `models.auto_registration` registers them, at its end, also when transformers' first import is its own."""
-    importlib.import_module(".models.auto_registration", __name__)
+    """Register hf-norms' configs, models and image processor with the Auto classes (what `import hf_norms` is for),
+    each as soon as transformers imports the Auto module it belongs to (`models.auto_registration`)."""
+    importlib.import_module(".models.auto_registration", __name__).register_when_imported()
 
 
 def install_hub_publisher() -> None:

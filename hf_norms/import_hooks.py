@@ -89,7 +89,7 @@ def install_moved_module_finder() -> None:
 
 
 class WatchedLoader(importlib.abc.Loader):
-    """Executes a module with the wrapped `loader`, counting the hf-norms modules being executed, and tells the
+    """Executes a module with the wrapped `loader`, counting the watched modules being executed, and tells the
     `watcher` when the module has run its own code."""
 
     def __init__(self, loader: importlib.abc.Loader, watcher: ImportWatcher) -> None:
@@ -99,12 +99,11 @@ class WatchedLoader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        inside = module.__name__.startswith(self.watcher.package + ".")
-        self.watcher.executing += inside
+        self.watcher.executing += 1
         try:
             self.loader.exec_module(module)
         finally:
-            self.watcher.executing -= inside
+            self.watcher.executing -= 1
         self.watcher.executed(module.__name__)
 
     def __getattr__(self, name: str):  # what else the import system or the module asks of its loader
@@ -112,23 +111,32 @@ class WatchedLoader(importlib.abc.Loader):
 
 
 class ImportWatcher(importlib.abc.MetaPathFinder):
-    """Runs callbacks once given modules are imported (`when_imported`), never while a module of `package` is half
-    executed. A watched module (transformers) is often first imported by an hf-norms module (`from hf_norms import
-    ViTNormModel` runs `modeling_vit_norm`, which imports transformers first): registering then would import that
-    half-executed module; so callbacks wait until the outermost hf-norms module being executed has finished.
+    """Runs callbacks once given modules are imported (`when_imported`), never while a module of `package` or of a
+    watched module's package is half executed. A watched module is often imported in the middle of another import: by
+    an hf-norms module (`from hf_norms import ViTNormModel` runs `modeling_vit_norm`, which imports transformers
+    first), or by a transformers module (`configuration_auto` while another is half executed); a callback that ran
+    then and imported that half-executed module would fail. So callbacks wait until the outermost such module being
+    executed has finished.
 
-    It finds the watched modules and every module of `package` as the other finders would, with their loaders wrapped
-    (`WatchedLoader`); it stays first on `sys.meta_path`, since a mere `importlib.util.find_spec(name)` (transformers'
-    `is_peft_available()`) asks it too, without importing.
+    It finds the modules of those packages (the `package` itself aside: it is what installs the watcher) as the other
+    finders would, with their loaders wrapped (`WatchedLoader`); it stays first on `sys.meta_path`, since a mere
+    `importlib.util.find_spec(name)` (transformers' `is_peft_available()`) asks it too, without importing.
     """
 
     def __init__(self, package: str) -> None:
         self.package, self.executing = package, 0
         self.callbacks: dict[str, list[Callable[[], None]]] = {}
         self.ready: list[tuple[str, Callable[[], None]]] = []
+        self.packages = {package}
+
+    def watches(self, name: str) -> bool:
+        """Whether module `name` is a module of a watched package (`package`'s submodules, and the watched modules'
+        packages with their top level)."""
+        top = name.partition(".")[0]
+        return top in self.packages and name != self.package
 
     def find_spec(self, name: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
-        if name not in self.callbacks and not name.startswith(self.package + "."):
+        if not self.watches(name):
             return None
         for finder in sys.meta_path:
             found = None if finder is self else getattr(finder, "find_spec", None)
@@ -140,7 +148,7 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
         return None
 
     def executed(self, name: str) -> None:
-        """Module `name` has run: its callbacks are ready, and run now unless an hf-norms module is half executed."""
+        """Module `name` has run: its callbacks are ready, and run now unless a watched module is half executed."""
         self.ready += [(name, callback) for callback in self.callbacks.pop(name, [])]
         while self.ready and not self.executing:
             module, callback = self.ready.pop(0)
@@ -160,10 +168,12 @@ def watcher() -> ImportWatcher:
 
 
 def when_imported(name: str, callback: Callable[[], None]) -> None:
-    """Call `callback()` once module `name` is imported (now, if it is), when no hf-norms module is half executed."""
+    """Call `callback()` once module `name` is imported (now, if it is), when no module of hf-norms or of `name`'s
+    package is half executed."""
     hooks = watcher()
+    hooks.packages.add(name.partition(".")[0])
     if name in sys.modules:
         hooks.ready.append((name, callback))
         hooks.executed(name)
-    elif importlib.util.find_spec(name) is not None:  # installed
+    else:  # not looked up: finding a submodule would import its package, maybe in the middle of another import
         hooks.callbacks.setdefault(name, []).append(callback)

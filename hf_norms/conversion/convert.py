@@ -37,7 +37,7 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
 from ..errors import ConversionError, one_line, require_type
-from ..models.auto_registration import MODEL_CLASSES
+from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files

@@ -36,7 +36,7 @@ import transformers
 from torch import nn
 from transformers import TrainingArguments
 
-from ..models.auto_registration import MODEL_CLASSES
+from ..models.model_classes import MODEL_CLASSES
 from ..output_folders import (
     ClaimedFolder,
     PlannedOutput,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConversionError
-from ..models.auto_registration import MODEL_CLASSES
+from ..models.model_classes import MODEL_CLASSES
 from ..models.norms import fine_tuning_config, norm_spec
 from ..readers import read_json_object
 from .data import TOKEN_TYPES

@@ -17,7 +17,7 @@ import transformers
 from torch import nn
 
 from ..errors import ConversionError, one_line
-from ..models.auto_registration import MODEL_CLASSES
+from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..output_folders import copy_checkpoint_files
 from ..readers import read_json, read_json_object

@@ -51,7 +51,7 @@ from huggingface_hub.utils import validate_repo_id
 from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError, require_type
-from ..models.auto_registration import MODEL_CLASSES
+from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..redaction import tokens_redacted
 from ..version import VERSION

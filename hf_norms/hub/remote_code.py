@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
-from ..models.auto_registration import MODEL_CLASSES
+from ..models.model_classes import MODEL_CLASSES
 from ..version import VERSION
 
 MODELS_FOLDER = Path(models.__file__).parent

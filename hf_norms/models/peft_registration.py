@@ -2,7 +2,7 @@
 `target_modules`, as it does for the stock models.
 
 peft looks a model's default target modules up by `config.model_type` in its `TRANSFORMERS_MODELS_TO_*_MAPPING`
-dictionaries, which know `bert` but not `bert_norm`. Each family (`auto_registration.FAMILIES`, so a family added there
+dictionaries, which know `bert` but not `bert_norm`. Each family (`auto_registration.FAMILY_CONFIGS`, so a family added there
 joins automatically) gets its stock model type's entries (`bert_norm` -> `bert`: LoRA on `query`, `value`). Where peft
 has no LoRA default for the stock type (ViT, DeiT), LoRA targets the attention's query and value projections under
 their transformers 5 names, `q_proj` and `v_proj`, peft's choice for most models. Norms are never targets.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .auto_registration import FAMILIES
+from .auto_registration import FAMILY_CONFIGS
 
 QUERY_VALUE_PROJECTIONS = ["q_proj", "v_proj"]
 
@@ -27,7 +27,7 @@ def register_peft_defaults() -> None:
     from peft.utils import constants
 
     mappings = {name: table for name, table in vars(constants).items() if name.startswith("TRANSFORMERS_MODELS_TO_")}
-    for config_class, _ in FAMILIES:
+    for config_class in FAMILY_CONFIGS:
         stock = config_class.stock_config_class().model_type
         for table in mappings.values():
             if isinstance(table, dict) and stock in table:

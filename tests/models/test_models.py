@@ -92,7 +92,7 @@ def test_save_then_auto_from_pretrained_is_identical(head_case, norm_type, tmp_p
 
 
 def test_auto_classes_resolve_every_head():
-    from hf_norms.models.auto_registration import FAMILIES
+    from hf_norms.models.model_classes import FAMILIES
 
     for _, module in FAMILIES:
         family_map = module.FAMILY_AUTO_MAP
@@ -104,6 +104,22 @@ def test_auto_classes_resolve_every_head():
             registered = getattr(transformers, auto_name)._model_mapping[config_class]
             first = registered[0] if isinstance(registered, tuple) else registered
             assert first.__name__ == reference.split(".")[1]
+
+
+def test_the_heads_read_from_the_source_are_the_heads_the_modules_define():
+    """`auto_registration.declared_heads` (read without importing) lists every head under its `_auto_class`, the
+    `FAMILY_AUTO_MAP` entry first, as the imported module defines them."""
+    from hf_norms.models.auto_registration import declared_heads
+    from hf_norms.models.model_classes import FAMILIES, family_model_classes
+
+    for config_class, module in FAMILIES:
+        defined: dict[str, set[str]] = {}
+        for cls in family_model_classes(module, config_class):
+            defined.setdefault(cls._auto_class, set()).add(cls.__name__)
+        read = declared_heads(module.__name__)
+        assert {name: set(classes) for name, classes in read.items()} == defined
+        for name, reference in module.FAMILY_AUTO_MAP.items():
+            assert name == "AutoConfig" or read[name][0] == reference.split(".")[1]
 
 
 @pytest.mark.parametrize("family", ["vit", "deit", "dinov2"])
