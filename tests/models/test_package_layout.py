@@ -83,7 +83,11 @@ def test_the_model_set_imports_nothing_outside_it():
     loaded = json.loads(result.stdout.strip().replace("'", '"'))
     assert not [m for m in loaded if m.startswith(("hf_norms.conversion", "hf_norms.training", "hf_norms.hub"))]
     for path in (PACKAGE / "models").glob("*.py"):
-        if path.name in ("__init__.py", "auto_registration.py", "model_classes.py"):  # none is copied next to checkpoints
+        if path.name in (
+            "__init__.py",
+            "auto_registration.py",
+            "model_classes.py",
+        ):  # none is copied next to checkpoints
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
