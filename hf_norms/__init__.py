@@ -2,14 +2,15 @@
 
 Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig`
 and every matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed,
-their default PEFT target modules: as soon as transformers (peft) is imported, or at once when it already is. The names
-below are the public API; each is imported from its subsystem (`models`, `conversion`, `training`, `hub`) when first
-used, and so is every registered norm's layer class (`hf_norms.RMSNorm`).
+their default PEFT target modules: as soon as transformers imports its Auto modules (peft is imported), or at once
+where it already has. The names below are the public API; each is imported from its subsystem (`models`, `conversion`,
+`training`, `hub`) when first used, and so is every registered norm's layer class (`hf_norms.RMSNorm`).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from .import_hooks import install_moved_module_finder, when_imported
@@ -72,10 +73,17 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *PUBLIC_NAMES})
 
 
-def register_with_transformers() -> None:
-    """Register hf-norms' configs, models and image processor with the Auto classes (what `import hf_norms` is for),
-    each as soon as transformers imports the Auto module it belongs to (`models.auto_registration`)."""
-    importlib.import_module(".models.auto_registration", __name__).register_when_imported()
+# transformers' Auto modules, each with the function of `models.auto_registration` that registers hf-norms' classes in it
+AUTO_REGISTRATIONS = {
+    "transformers.models.auto.configuration_auto": "register_configs",
+    "transformers.models.auto.modeling_auto": "register_model_classes",
+    "transformers.models.auto.image_processing_auto": "register_image_processors",
+}
+
+
+def registration(function: str) -> Callable[[], None]:
+    """Calls `models.auto_registration.<function>()`."""
+    return lambda: getattr(importlib.import_module(".models.auto_registration", __name__), function)()
 
 
 def install_hub_publisher() -> None:
@@ -98,8 +106,10 @@ def register_with_peft() -> None:
 
 
 install_moved_module_finder()
-# The Auto classes and PEFT's defaults are registered as soon as transformers and peft are imported (now, if they are):
-# `import hf_norms` imports neither, so the command line answers at once and a user pays for what they use.
-when_imported("transformers", register_with_transformers)
+# The Auto classes and PEFT's defaults are registered as soon as transformers imports each Auto module and peft is
+# imported (now, where they are): `import hf_norms` imports none of them, so the command line answers at once, and
+# `import torch, transformers` costs what it costs without hf-norms (a user pays for what they use).
+for auto_module, function in AUTO_REGISTRATIONS.items():
+    when_imported(auto_module, registration(function))
 when_imported("peft", register_with_peft)
 when_imported(f"{__name__}.models.modeling_norm_utils", install_hub_publisher)

@@ -10,6 +10,7 @@ import sys
 REGISTERED_WITHOUT_MODELING_CODE = """
 import json, sys
 import hf_norms, torch, transformers
+print(json.dumps(sorted(name for name in sys.modules if name.startswith(("transformers.models", "hf_norms.models")))))
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 from transformers import BertConfig
 heads = [AutoModel._model_mapping[config].__name__ for config in (hf_norms.ViTNormConfig, hf_norms.BertNormConfig)]
@@ -25,11 +26,13 @@ print(json.dumps([type(model).__name__, isinstance(model, AutoModel._model_mappi
 
 
 def test_the_auto_classes_hold_every_hf_norms_class_before_any_modeling_code_is_imported():
-    """The Auto mappings name every head while neither transformers' nor hf-norms' modeling modules are imported
-    (`modeling_utils` alone costs seconds), and the first use imports the class."""
+    """Importing transformers imports nothing of hf-norms or of transformers' models; the Auto mappings name every head
+    while neither transformers' nor hf-norms' modeling modules are imported (`modeling_utils` alone costs seconds),
+    and the first use imports the class."""
     result = subprocess.run([sys.executable, "-c", REGISTERED_WITHOUT_MODELING_CODE], capture_output=True, text=True,
                             check=True)  # fmt: skip
-    registered, used = (json.loads(line) for line in result.stdout.splitlines())
+    imported, registered, used = (json.loads(line) for line in result.stdout.splitlines())
+    assert imported == []  # `import hf_norms, torch, transformers` costs what `import torch, transformers` costs
     assert registered == ["layernorm", ["ViTNormModel", "BertNormModel", "BertForSequenceClassification"], []]
     assert used == ["BertNormModel", True]
 

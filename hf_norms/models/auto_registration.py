@@ -1,9 +1,9 @@
 """The hf-norms model types in transformers' Auto classes, registered without importing the model classes.
 
-`import hf_norms` calls `register_when_imported()` once transformers is imported, which registers each part as soon
-as transformers imports the Auto module it belongs to: the configs with `AutoConfig` (`register_configs`), the model
-classes with every `AutoModel*` class (`register_model_classes`), the image processor of one-channel models with
-`AutoImageProcessor` (`register_image_processors`). `register_auto_classes()` registers all three at once.
+`import hf_norms` registers each part as soon as transformers imports the Auto module it belongs to
+(`hf_norms.AUTO_REGISTRATIONS`): the configs with `AutoConfig` (`register_configs`), the model classes with every
+`AutoModel*` class (`register_model_classes`), the image processor of one-channel models with `AutoImageProcessor`
+(`register_image_processors`). `register_auto_classes()` registers all three at once.
 
 Importing an hf-norms model class imports transformers' modeling code (`transformers.modeling_utils`, seconds), which
 neither `import transformers` nor `from transformers import AutoModel` does. So the Auto mappings hold, for each model
@@ -31,9 +31,7 @@ import importlib.util
 from typing import Any
 
 import transformers
-from transformers.models.auto.configuration_auto import model_type_to_module_name
 
-from ..import_hooks import when_imported
 from .configuration_bert_norm import BertNormConfig
 from .configuration_deit_norm import DeiTNormConfig
 from .configuration_dinov2_norm import Dinov2NormConfig
@@ -44,7 +42,8 @@ FAMILY_CONFIGS = (ViTNormConfig, DeiTNormConfig, BertNormConfig, Dinov2NormConfi
 
 
 def modeling_module_name(config_class: type) -> str:
-    """The module of `config_class`'s model classes: `hf_norms.models.modeling_vit_norm` for `ViTNormConfig`."""
+    """The module of `config_class`'s model classes, by transformers' convention: `hf_norms.models.modeling_vit_norm`
+    for `ViTNormConfig`, `transformers.models.bert.modeling_bert` for `BertConfig`."""
     return config_class.__module__.replace(".configuration_", ".modeling_", 1)
 
 
@@ -114,12 +113,11 @@ def stock_router(stock_config: type, stock_name: str, norm_class: DeferredClass)
     `from_pretrained(path, norm_type=...)` does) or builds the model from the stock config with the options set.
 
     It has the stock head's name (the Auto classes choose between the heads of one task, e.g. DeiT's classifier with
-    and without teacher, by `config.architectures`) and a module of transformers (a checkpoint's own remote code,
-    trusted, wins only over classes from transformers' modules).
+    and without teacher, by `config.architectures`) and module (a checkpoint's own remote code, trusted, wins only over
+    classes from transformers' modules).
     """
-    module_name = f"transformers.models.{model_type_to_module_name(stock_config.model_type)}"
     return deferred_class(
-        module_name,
+        modeling_module_name(stock_config),
         stock_name,
         stock_config,
         __doc__=f"`{stock_name}` for the Auto classes; with norm options, `{norm_class.__name__}`.",
@@ -182,10 +180,3 @@ def register_auto_classes() -> None:
     register_configs()
     register_model_classes()
     register_image_processors()
-
-
-def register_when_imported() -> None:
-    """Register each part as soon as transformers imports the Auto module it belongs to (now, for those it has)."""
-    when_imported("transformers.models.auto.configuration_auto", register_configs)
-    when_imported("transformers.models.auto.modeling_auto", register_model_classes)
-    when_imported("transformers.models.auto.image_processing_auto", register_image_processors)
