@@ -91,8 +91,7 @@ def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str
 def distillation_loss(
     student_outputs,
     teacher_outputs,
-    student_final,
-    teacher_final,
+    finals: tuple[torch.Tensor, torch.Tensor],
     mask,
     weights: Mapping[str, float],
     token_types: dict[str, torch.Tensor] | None = None,
@@ -104,10 +103,11 @@ def distillation_loss(
     `[batch, seq_len]` bool or None (images), `token_types` the `data.token_type_masks` of the batch (the per-type
     terms are left out without it), `pooler_outputs` the student's and the teacher's `[batch, hidden]` pooler
     outputs, or None; `pooling` how the pooled terms pool (`fidelity.pooled`: a sentence-transformers checkpoint's
-    own pooling)."""
+    own pooling); `finals` the student's and the teacher's final hidden states `[batch, seq_len, hidden]`."""
     cosine_weight, hidden_state_weight, token_weight, head_weight = (
         weights[name] for name in ("cosine_weight", "hidden_state_weight", "token_weight", "head_weight")
     )
+    student_final, teacher_final = finals
 
     def relative_mse(ours: torch.Tensor, theirs: torch.Tensor, rows: torch.Tensor | None = mask) -> torch.Tensor:
         ours, theirs = ours.float(), theirs.float()  # bf16 autocast gives half-precision states
@@ -250,8 +250,7 @@ class DistillationTrainer(Trainer):
         loss = distillation_loss(
             student_outputs,
             teacher_outputs,
-            finals["student"],
-            finals["teacher"],
+            (finals["student"], finals["teacher"]),
             real_token_mask(inputs),
             token_types=token_type_masks(inputs, finals["student"].shape[1], prefix_tokens),
             weights=self.loss_weights,

@@ -163,7 +163,7 @@ def test_the_healing_loss_pools_as_sentence_transformers_and_its_similarity_term
     def loss(**weights):
         outputs = [SimpleNamespace(hidden_states=(final,)) for final in finals]
         zero = {"cosine_weight": 0, "hidden_state_weight": 0, "token_weight": 0, "head_weight": 0}
-        return distillation_loss(*outputs, *finals, mask, {**zero, **weights}, pooling="mean").item()
+        return distillation_loss(*outputs, finals, mask, {**zero, **weights}, pooling="mean").item()
 
     assert loss(similarity_weight=2) - loss() == pytest.approx(2 * divergence, rel=1e-4)
 
