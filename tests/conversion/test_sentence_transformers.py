@@ -189,3 +189,4 @@ def test_heal_passes_the_similarity_weight_and_the_checkpoint_pooling_to_the_los
                           max_length=32, similarity_weight=3.0, progress=False)  # fmt: skip
     assert calls and calls[0]["pooling"] == "cls" and calls[0]["weights"]["similarity_weight"] == 3.0
     assert "3 * KL of the in-batch cosine-similarity rows" in report["healing"]["loss"]
+    assert report["healing"]["pooling"] == "cls"
