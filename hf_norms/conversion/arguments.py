@@ -202,6 +202,17 @@ class HealArguments:
         "weight of the per-token cosine of the final states, averaged per token type ([CLS], special, ordinary)", 1.0
     )
     head_weight: float = option("weight of the [CLS] final state and pooler output errors (what stock heads read)", 1.0)
+    similarity_weight: float = option(
+        "weight of the in-batch similarity term: KL of each example's softmax over its cosines to the batch's other "
+        "pooled final states (a sentence-transformers checkpoint's pooling), student against teacher: the neighbour "
+        "order semantic search reads (0: off)",
+        0.0,
+    )
+    position_weight: float = option(
+        "weight of the per-layer hidden-state error measured per token, every position alike whatever its activation "
+        "scale (0: off)",
+        0.0,
+    )
     student_dropout: bool = option(
         "train the student with its source's dropout (--no-student-dropout: without; it then fine-tunes worse with "
         "dropout on)",
@@ -239,7 +250,7 @@ class HealArguments:
             )
         check_counts(self, "max_steps", "batch_size", "max_length", "save_steps", "samples")
         check_numbers(self, "learning_rate", "cosine_weight", "hidden_state_weight", "token_weight", "head_weight",
-                      "warmup_steps", "max_minutes", "max_cpu_minutes")  # fmt: skip
+                      "similarity_weight", "position_weight", "warmup_steps", "max_minutes", "max_cpu_minutes")  # fmt: skip
         if self.learning_rate == 0:
             raise ConversionError(f"{flag(self, 'learning_rate')} must be > 0, got 0.")
         check_choice(self, "device", DEVICE_CHOICES)
@@ -247,7 +258,7 @@ class HealArguments:
     @property
     def loss_weights(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in ("cosine_weight", "hidden_state_weight", "token_weight",
-                                                        "head_weight")}  # fmt: skip
+                                                        "head_weight", "similarity_weight", "position_weight")}  # fmt: skip
 
 
 def split_options(cls: type, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -8,9 +8,12 @@ The loss, per batch of unlabeled examples (`distillation_loss`):
          + ||f - g||^2 / ||g||^2 + cosine_weight * (1 - cos(pool(f), pool(g)))   (final hidden states f, g)
          + token_weight * mean over token types k of mean over tokens i of type k of (1 - cos(f_i, g_i))
          + head_weight * (||f_p - g_p||^2 / ||g_p||^2 + ||o - q||^2 / ||q||^2)  (what stock heads read)
+         + similarity_weight * mean over examples i of KL(softmax_j(T_ij / tau) || softmax_j(S_ij / tau))  (j != i)
+         + position_weight * mean over hidden states l and tokens i of ||h_li - t_li||^2 / ||t_li||^2
          + KL(softmax(teacher logits) || softmax(student logits))          (heads with logits)
 
-(the terms are explained in `healing`'s docstring).
+(the terms are explained in `healing`'s docstring), with `S`, `T` the in-batch cosine-similarity matrices of the
+student's and the teacher's pooled final states and `tau = SIMILARITY_TEMPERATURE`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,39 @@ from .data import (
 from .fidelity import pooled
 from .processes import Processes
 
+SIMILARITY_TEMPERATURE = 0.05  # the softmax temperature of sentence-transformers' in-batch contrastive training
+EXTRA_TERMS = ("similarity_weight", "position_weight")  # off (0) unless given
+
+
+def similarity_divergence(ours: torch.Tensor, theirs: torch.Tensor, temperature: float = SIMILARITY_TEMPERATURE):
+    """How differently two models rank a batch's examples against each other, from their embeddings `[batch, dim]`:
+
+        mean over rows i of KL(softmax_j(T_ij / tau) || softmax_j(S_ij / tau)),  j != i,
+
+    `S_ij = cos(ours_i, ours_j)`, `T_ij = cos(theirs_i, theirs_j)`: 0 when both order (and space) every row's
+    neighbours alike, which is what semantic search reads. Each example's similarity to itself (1 for both) is left
+    out; 0 for a batch of fewer than 3."""
+    count = ours.shape[0]
+    if count < 3:
+        return ours.new_zeros(())
+    others = ~torch.eye(count, dtype=torch.bool, device=ours.device)
+
+    def log_rows(embeddings: torch.Tensor) -> torch.Tensor:
+        unit = F.normalize(embeddings.float(), dim=-1)
+        return ((unit @ unit.T)[others].view(count, count - 1) / temperature).log_softmax(-1)
+
+    return F.kl_div(log_rows(ours), log_rows(theirs), log_target=True, reduction="batchmean")
+
+
+def per_token_error(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`mean over real tokens i of ||ours_i - theirs_i||^2 / ||theirs_i||^2` of `[batch, seq_len, hidden]` states:
+    every position weighs alike, whatever its activation scale (the summed relative error is dominated by the few
+    positions of largest norm)."""
+    ours, theirs = ours.float(), theirs.float()
+    if mask is not None:
+        ours, theirs = ours[mask], theirs[mask]
+    return ((ours - theirs).pow(2).sum(-1) / theirs.pow(2).sum(-1).clamp_min(1e-12)).mean()
+
 
 def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str:
     """The loss in words, with its `weights` (`HealArguments.loss_weights`), for the report."""
@@ -42,28 +78,36 @@ def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str
         f"{hidden_state_weight:g} * sum over hidden states of ||h - t||^2/||t||^2 + final-state ||f - g||^2/||g||^2 "
         f"+ {cosine_weight:g} * (1 - cosine of pooled final states) + {token_weight:g} * (1 - per-token cosine of "
         f"final states, averaged per token type: prefix, special, ordinary) + {head_weight:g} * (prefix-token final "
-        "state and pooler output ||.||^2 errors) + KL(teacher || student) of logits where a head exists; student "
+        "state and pooler output ||.||^2 errors)"
+        + (f" + {weights['similarity_weight']:g} * KL of the in-batch cosine-similarity rows of pooled final states "
+           f"(softmax at temperature {SIMILARITY_TEMPERATURE:g})" if weights.get("similarity_weight") else "")
+        + (f" + {weights['position_weight']:g} * per-token relative hidden-state error" if weights.get("position_weight")
+           else "")
+        + " + KL(teacher || student) of logits where a head exists; student "
         + ("in training mode with its source's dropout" if student_dropout else "without dropout")
-    )
+    )  # fmt: skip
 
 
 def distillation_loss(
     student_outputs,
     teacher_outputs,
-    student_final,
-    teacher_final,
+    finals: tuple[torch.Tensor, torch.Tensor],
     mask,
     weights: Mapping[str, float],
     token_types: dict[str, torch.Tensor] | None = None,
     pooler_outputs: tuple[torch.Tensor, torch.Tensor] | None = None,
+    pooling: str | None = None,
 ) -> torch.Tensor:
     """The healing loss of the module docstring for one batch, with the `weights` of its terms (`cosine_weight`,
-    `hidden_state_weight`, `token_weight`, `head_weight`); `mask` is `[batch, seq_len]` bool or None (images),
-    `token_types` the `data.token_type_masks` of the batch (the per-type terms are left out without it),
-    `pooler_outputs` the student's and the teacher's `[batch, hidden]` pooler outputs, or None."""
+    `hidden_state_weight`, `token_weight`, `head_weight`, and the `EXTRA_TERMS`, 0 when absent); `mask` is
+    `[batch, seq_len]` bool or None (images), `token_types` the `data.token_type_masks` of the batch (the per-type
+    terms are left out without it), `pooler_outputs` the student's and the teacher's `[batch, hidden]` pooler
+    outputs, or None; `pooling` how the pooled terms pool (`fidelity.pooled`: a sentence-transformers checkpoint's
+    own pooling); `finals` the student's and the teacher's final hidden states `[batch, seq_len, hidden]`."""
     cosine_weight, hidden_state_weight, token_weight, head_weight = (
         weights[name] for name in ("cosine_weight", "hidden_state_weight", "token_weight", "head_weight")
     )
+    student_final, teacher_final = finals
 
     def relative_mse(ours: torch.Tensor, theirs: torch.Tensor, rows: torch.Tensor | None = mask) -> torch.Tensor:
         ours, theirs = ours.float(), theirs.float()  # bf16 autocast gives half-precision states
@@ -75,8 +119,16 @@ def distillation_loss(
         relative_mse(h, t) for h, t in zip(student_outputs.hidden_states, teacher_outputs.hidden_states, strict=True)
     )
     loss = loss + relative_mse(student_final, teacher_final)
-    cosine = F.cosine_similarity(pooled(student_final.float(), mask), pooled(teacher_final.float(), mask), dim=-1)
-    loss = loss + cosine_weight * (1 - cosine).mean()
+    embeddings = [pooled(final.float(), mask, pooling) for final in (student_final, teacher_final)]
+    loss = loss + cosine_weight * (1 - F.cosine_similarity(*embeddings, dim=-1)).mean()
+    similarity_weight, position_weight = (weights.get(name, 0.0) for name in EXTRA_TERMS)
+    if similarity_weight:
+        loss = loss + similarity_weight * similarity_divergence(*embeddings)
+    if position_weight:
+        loss = loss + position_weight * sum(
+            per_token_error(h, t, mask)
+            for h, t in zip(student_outputs.hidden_states, teacher_outputs.hidden_states, strict=True)
+        ) / len(student_outputs.hidden_states)
     if token_types is not None:
         token_distance = 1 - F.cosine_similarity(student_final.float(), teacher_final.float(), dim=-1)
         per_type = [token_distance[rows].mean() for rows in token_types.values() if rows.any()]
@@ -137,6 +189,8 @@ class DistillationTrainer(Trainer):
 
     Its learning rate warms up linearly over `warmup_steps`, then decays linearly to zero at `max_steps` or, with a
     time `budget`, at that budget's end, whichever comes first: a run cut short by time still ends at a small rate.
+    The pooled terms pool as `pooling` says (a sentence-transformers checkpoint's pooling; None: `fidelity.pooled`'s
+    default).
     """
 
     def __init__(
@@ -145,12 +199,14 @@ class DistillationTrainer(Trainer):
         teacher: nn.Module,
         loss_weights: Mapping[str, float],
         budget: TimeBudget | None = None,
+        pooling: str | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.teacher = teacher.eval().requires_grad_(False)
         self.budget = budget or TimeBudget()
         self.loss_weights = dict(loss_weights)
+        self.pooling = pooling
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
@@ -194,12 +250,12 @@ class DistillationTrainer(Trainer):
         loss = distillation_loss(
             student_outputs,
             teacher_outputs,
-            finals["student"],
-            finals["teacher"],
+            (finals["student"], finals["teacher"]),
             real_token_mask(inputs),
             token_types=token_type_masks(inputs, finals["student"].shape[1], prefix_tokens),
             weights=self.loss_weights,
             pooler_outputs=None if any(p is None for p in pooler_outputs) else pooler_outputs,
+            pooling=self.pooling,
         )
         return (loss, student_outputs) if return_outputs else loss
 

@@ -61,10 +61,14 @@ def forward_with_norms(
     return {"final": final, "logits": logits, "norms": captured}
 
 
-def pooled(final: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """`[batch, hidden]`: the mean over real tokens (text) or the [CLS] token (images) of `[batch, seq_len, hidden]`."""
-    if mask is None:
+def pooled(final: torch.Tensor, mask: torch.Tensor | None, pooling: str | None = None) -> torch.Tensor:
+    """`[batch, hidden]`: the mean over real tokens (text) or the [CLS] token (images) of `[batch, seq_len, hidden]`;
+    with `pooling` (a sentence-transformers checkpoint's, `retrieval.sentence_pooling`), what its users embed with:
+    `cls` the first token, `max` the largest value over real tokens per channel, `mean` the mean over real tokens."""
+    if mask is None or pooling == "cls":
         return final[:, 0]
+    if pooling == "max":
+        return final.masked_fill(~mask.unsqueeze(-1), torch.finfo(final.dtype).min).amax(1)
     weights = mask.unsqueeze(-1).to(final.dtype)
     return (final * weights).sum(1) / weights.sum(1).clamp_min(1)
 

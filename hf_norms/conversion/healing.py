@@ -12,9 +12,15 @@ fine-tuning turns on. On unlabeled examples, per batch:
          + ||f - g||^2 / ||g||^2 + cosine_weight * (1 - cos(pool(f), pool(g)))   (final hidden states f, g)
          + token_weight * mean over token types k of mean over tokens i of type k of (1 - cos(f_i, g_i))
          + head_weight * (||f_p - g_p||^2 / ||g_p||^2 + ||o - q||^2 / ||q||^2)  (what stock heads read)
+         + similarity_weight * mean over examples i of KL(softmax_j(T_ij / tau) || softmax_j(S_ij / tau))  (j != i)
+         + position_weight * mean over hidden states l and tokens i of ||h_li - t_li||^2 / ||t_li||^2
          + KL(softmax(teacher logits) || softmax(student logits))          (heads with logits)
 
-with `pool` the mean over real tokens (text) or the [CLS] token (images); the token types are the prefix tokens
+with `pool` the pooling of a sentence-transformers checkpoint (its Pooling module: the mean over real tokens for
+all-MiniLM-L6-v2, [CLS] for others; `retrieval.sentence_pooling`), else the mean over real tokens (text) or the [CLS]
+token (images); `S`, `T` the student's and the teacher's in-batch cosine similarities of pooled final states (the
+neighbour order semantic search reads; `distillation.similarity_divergence`); the per-token error of the hidden states
+weighs every position alike, whatever its activation scale. The token types are the prefix tokens
 ([CLS]), the other special tokens ([SEP], ...) and the ordinary tokens (`data.token_type_masks`), so that the few
 special tokens weigh as much as the many ordinary ones; `f_p`, `g_p` the prefix tokens' final states and `o`, `q` the
 base models' `pooler_output` where they have one (BERT's pooler, which a stock classification head reads). Checkpoints
@@ -77,7 +83,7 @@ from .downstream import check_out_of_domain, checks_for_report, local_data, with
 from .fidelity import measure_fidelity
 from .processes import Processes
 from .report import REPORT_JSON, read_report, set_fine_tuning_config, write_report
-from .retrieval import RetrievalCheck, measure_retrieval
+from .retrieval import RetrievalCheck, measure_retrieval, sentence_pooling
 from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
 from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
@@ -195,7 +201,8 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
             "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
             "threads": torch.get_num_threads(), "loss": loss_description(a.loss_weights, a.student_dropout),
-            "student_dropout": a.student_dropout, "learning_rate": a.learning_rate, "batch_size": a.batch_size,
+            "student_dropout": a.student_dropout, "pooling": sentence_pooling(run.folder),
+            "learning_rate": a.learning_rate, "batch_size": a.batch_size,
             "max_length": run.max_length, "bf16": bf16,
             "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
             "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,
@@ -379,6 +386,7 @@ def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tu
     budget.agree = processes.largest if processes.count > 1 else None
     trainer = DistillationTrainer(
         model=run.student, args=args, teacher=teacher, budget=budget, loss_weights=a.loss_weights,
+        pooling=sentence_pooling(run.folder),
         train_dataset=examples, data_collator=collator, callbacks=[TimeLimit(budget), EveryProcessSaved(processes)],
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

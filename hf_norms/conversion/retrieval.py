@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,25 @@ def rank_scores(queries: torch.Tensor, documents: torch.Tensor) -> dict[str, flo
 
 def is_sentence_transformer(folder: str | Path | None) -> bool:
     return folder is not None and (Path(folder) / "modules.json").is_file()
+
+
+POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max", "pooling_mode_mean_tokens": "mean",
+                 "pooling_mode_mean_sqrt_len_tokens": "mean"}  # mean / sqrt(length): the mean's direction  # fmt: skip
+
+
+def sentence_pooling(folder: str | Path | None) -> str | None:
+    """How a sentence-transformers checkpoint in `folder` pools its token states into the sentence embedding its users
+    search with (its `modules.json`'s Pooling module): `cls`, `mean` or `max` (`fidelity.pooled`); None for any other
+    folder, or a pooling that is none of these alone (weighted mean, last token, several modes concatenated)."""
+    if not is_sentence_transformer(folder):
+        return None
+    modules = json.loads((Path(folder) / "modules.json").read_text())
+    paths = [m.get("path", "") for m in modules if m.get("type", "").endswith("models.Pooling")]
+    config = Path(folder) / (paths[0] if paths else "missing") / "config.json"
+    if not config.is_file():
+        return None
+    modes = [key for key, on in json.loads(config.read_text()).items() if key.startswith("pooling_mode") and on is True]
+    return POOLING_MODES.get(modes[0]) if len(modes) == 1 else None
 
 
 @dataclasses.dataclass

@@ -291,7 +291,7 @@ def test_the_healing_loss_weighs_the_prefix_token_and_the_pooler_output():
 
     def loss(**weights):
         weights = {"cosine_weight": 0, "hidden_state_weight": 1, **weights}
-        return distillation.distillation_loss(hidden, hidden, student_final, teacher_final, mask, weights,
+        return distillation.distillation_loss(hidden, hidden, (student_final, teacher_final), mask, weights,
                                               token_types=types, pooler_outputs=pooler).item()  # fmt: skip
 
     final_error = 4 * teacher_final[:, 0].pow(2).sum() / teacher_final[mask].pow(2).sum()

@@ -128,3 +128,65 @@ def test_semantic_search_is_measured_through_sentence_transformers(tiny_bert_dir
     perturbed = check.measure(student, teacher)
     assert perturbed["in_domain"]["source_mrr_at_10"] == pytest.approx(measured["in_domain"]["source_mrr_at_10"])
     assert perturbed["in_domain"]["mrr_at_10"] != pytest.approx(perturbed["in_domain"]["source_mrr_at_10"])
+
+
+def test_the_healing_loss_pools_as_sentence_transformers_and_its_similarity_term(minilm_dir, original, long_articles):
+    """all-MiniLM-L6-v2 pools by the mean over real tokens: the healing loss's pooled states are the embeddings
+    `SentenceTransformer` computes (up to its normalisation). The in-batch similarity term is 0 for the model against
+    itself, grows with a perturbation of one layer, and enters the loss with its weight."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModel, AutoTokenizer
+
+    from hf_norms.conversion.distillation import distillation_loss, similarity_divergence
+    from hf_norms.conversion.fidelity import pooled
+    from hf_norms.conversion.retrieval import sentence_pooling
+
+    assert sentence_pooling(minilm_dir) == "mean" and sentence_pooling(minilm_dir / "1_Pooling") is None
+    batch = AutoTokenizer.from_pretrained(minilm_dir)(long_articles, truncation=True, max_length=256, padding=True,
+                                                      return_tensors="pt")  # fmt: skip
+    mask = batch["attention_mask"].bool()
+    teacher = AutoModel.from_pretrained(minilm_dir).eval()
+    student = AutoModel.from_pretrained(minilm_dir).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in student.encoder.layer[0].parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+        finals = [model(**batch).last_hidden_state for model in (student, teacher)]
+    embeddings = [pooled(final, mask, sentence_pooling(minilm_dir)) for final in finals]
+    cosine = torch.nn.functional.cosine_similarity(embeddings[1], original[1], dim=-1)
+    assert cosine.min().item() == pytest.approx(1, abs=1e-5)
+    assert similarity_divergence(embeddings[1], embeddings[1]).item() == pytest.approx(0, abs=1e-6)
+    divergence = similarity_divergence(*embeddings).item()
+    assert divergence > 0.01
+
+    def loss(**weights):
+        outputs = [SimpleNamespace(hidden_states=(final,)) for final in finals]
+        zero = {"cosine_weight": 0, "hidden_state_weight": 0, "token_weight": 0, "head_weight": 0}
+        return distillation_loss(*outputs, finals, mask, {**zero, **weights}, pooling="mean").item()
+
+    assert loss(similarity_weight=2) - loss() == pytest.approx(2 * divergence, rel=1e-4)
+
+
+def test_heal_passes_the_similarity_weight_and_the_checkpoint_pooling_to_the_loss(tiny_bert_dir, minilm_dir,
+                                                                                   long_articles, tmp_path, monkeypatch):  # fmt: skip
+    """A sentence-transformers checkpoint that pools by [CLS] is healed with its pooled terms on [CLS], and
+    `--similarity-weight` reaches the loss and the report."""
+    from hf_norms.conversion import distillation, healing
+
+    source = tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "source", max_seq_length=48)
+    pooling_config = source / "1_Pooling" / "config.json"
+    pooling = json.loads(pooling_config.read_text())
+    pooling_config.write_text(
+        json.dumps({**pooling, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True})
+    )
+    data = tmp_path / "news.txt"
+    data.write_text("\n".join(" ".join(text.split()) for text in long_articles) + "\n")
+    convert(source, "dyt", tmp_path / "dyt", calibration_data=data, calibration_samples=4, evaluation_samples=2)
+    calls, loss = [], distillation.distillation_loss
+    monkeypatch.setattr(distillation, "distillation_loss", lambda *a, **k: calls.append(k) or loss(*a, **k))
+    report = healing.heal(tmp_path / "dyt", data, output=tmp_path / "healed", max_steps=1, batch_size=4,
+                          max_length=32, similarity_weight=3.0, progress=False)  # fmt: skip
+    assert calls and calls[0]["pooling"] == "cls" and calls[0]["weights"]["similarity_weight"] == 3.0
+    assert "3 * KL of the in-batch cosine-similarity rows" in report["healing"]["loss"]
+    assert report["healing"]["pooling"] == "cls"
