@@ -69,8 +69,9 @@ def per_token_error(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor
     return ((ours - theirs).pow(2).sum(-1) / theirs.pow(2).sum(-1).clamp_min(1e-12)).mean()
 
 
-def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str:
-    """The loss in words, with its `weights` (`HealArguments.loss_weights`), for the report."""
+def loss_description(weights: Mapping[str, float], dropout_fraction: float) -> str:
+    """The loss in words, with its `weights` (`HealArguments.loss_weights`), for the report; the student trains with
+    its dropout for `dropout_fraction` of the healing (0: never)."""
     cosine_weight, hidden_state_weight, token_weight, head_weight = (
         weights[name] for name in ("cosine_weight", "hidden_state_weight", "token_weight", "head_weight")
     )
@@ -84,7 +85,8 @@ def loss_description(weights: Mapping[str, float], student_dropout: bool) -> str
         + (f" + {weights['position_weight']:g} * per-token relative hidden-state error" if weights.get("position_weight")
            else "")
         + " + KL(teacher || student) of logits where a head exists; student "
-        + ("in training mode with its source's dropout" if student_dropout else "without dropout")
+        + ("without dropout" if not dropout_fraction else "in training mode with its source's dropout"
+           + ("" if dropout_fraction >= 1 else f" for the first {dropout_fraction:.0%} of the healing, then without"))
     )  # fmt: skip
 
 
@@ -275,6 +277,29 @@ class TimeLimit(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class DropoutUntil(TrainerCallback):
+    """Turn the model's dropout off once `fraction` (< 1; 1: never) of the healing is done (the larger of the steps
+    done out of `max_steps` and the time `budget` used, as the learning-rate schedule reads them); from a resumed
+    checkpoint past that point, from its first step."""
+
+    def __init__(self, fraction: float, budget: TimeBudget):
+        self.fraction, self.budget = fraction, budget
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        progress = max(state.global_step / max(1, state.max_steps), self.budget.used())
+        if model is not None and self.fraction < 1 and progress >= self.fraction:
+            disable_dropout(model)
+        return control
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Set every `nn.Dropout` of `model` to p = 0: the student then matches the teacher's deterministic (eval)
+    outputs more closely, but a student that never trained with dropout fine-tunes worse (docs/converting.md)."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
 
 
 class EveryProcessSaved(TrainerCallback):

@@ -4,9 +4,10 @@
 
 The student is the converted model in `DIR` (all its parameters train); the teacher is the original model named in
 `DIR/conversion_report.json` (or `--teacher`), frozen in eval mode. The student trains in training mode, with the
-dropout of its source (`student_dropout`; the config `convert` wrote may set another for fine-tuning): LayerNorm divides each token by its own standard deviation, which keeps
-dropout noise small; DyT and Derf pass it on, so a model distilled without dropout does not tolerate the dropout that
-fine-tuning turns on. On unlabeled examples, per batch:
+dropout of its source for the first `student_dropout_until` (0.67) of the healing, then without, to match the
+teacher's deterministic outputs (`student_dropout=False`: never; the config `convert` wrote may set another dropout
+for fine-tuning): LayerNorm divides each token by its own standard deviation, which keeps dropout noise small; DyT and
+Derf pass it on, so a model distilled without dropout fine-tunes worse. On unlabeled examples, per batch:
 
     loss = hidden_state_weight * sum over hidden states l of ||h_l - t_l||^2 / ||t_l||^2  (every layer, real tokens)
          + ||f - g||^2 / ||g||^2 + cosine_weight * (1 - cos(pool(f), pool(g)))   (final hidden states f, g)
@@ -74,9 +75,11 @@ from .data import (
 from .devices import resolve_device, training_teacher, use_bf16
 from .distillation import (
     DistillationTrainer,
+    DropoutUntil,
     EveryProcessSaved,
     TimeBudget,
     TimeLimit,
+    disable_dropout,
     loss_description,
 )
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
@@ -200,8 +203,10 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
         report["healing"] = {
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
             "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
-            "threads": torch.get_num_threads(), "loss": loss_description(a.loss_weights, a.student_dropout),
-            "student_dropout": a.student_dropout, "pooling": sentence_pooling(run.folder),
+            "threads": torch.get_num_threads(),
+            "loss": loss_description(a.loss_weights, a.student_dropout and a.student_dropout_until),
+            "student_dropout": a.student_dropout, "student_dropout_until": a.student_dropout_until,
+            "pooling": sentence_pooling(run.folder),
             "learning_rate": a.learning_rate, "batch_size": a.batch_size,
             "max_length": run.max_length, "bf16": bf16,
             "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
@@ -379,7 +384,7 @@ def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tu
         seed=a.seed, data_seed=a.seed,
     )  # fmt: skip
     if not a.student_dropout:
-        _disable_dropout(run.student)
+        disable_dropout(run.student)
     probe_batch = encode_batches(run.processor, run.evaluation, a.batch_size, run.max_length)[0]
     teacher, teacher_record = training_teacher(run.teacher, args.device, bf16, probe_batch)
     budget = TimeBudget(a.max_minutes, a.max_cpu_minutes)
@@ -387,19 +392,12 @@ def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tu
     trainer = DistillationTrainer(
         model=run.student, args=args, teacher=teacher, budget=budget, loss_weights=a.loss_weights,
         pooling=sentence_pooling(run.folder),
-        train_dataset=examples, data_collator=collator, callbacks=[TimeLimit(budget), EveryProcessSaved(processes)],
+        train_dataset=examples, data_collator=collator,
+        callbacks=[TimeLimit(budget), EveryProcessSaved(processes), DropoutUntil(a.student_dropout_until, budget)],
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     run.student.eval()
     return trainer.state.global_step, teacher_record
-
-
-def _disable_dropout(model: nn.Module) -> None:
-    """Train the student without dropout (`student_dropout=False`): it then matches the teacher's deterministic (eval)
-    outputs more closely, but fine-tunes worse with dropout on."""
-    for module in model.modules():
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
 
 
 def _save_healed(student: nn.Module, processor, folder: Path, places: HealingPlaces, report: dict) -> None:

@@ -335,7 +335,7 @@ def test_healing_trains_the_student_with_its_dropout_and_stops_on_cpu_time(tiny_
         finally:
             handle.remove()
 
-    report = run(max_steps=5, max_cpu_minutes=0)
+    report = run(max_steps=5, max_cpu_minutes=0, student_dropout_until=1)
     assert report["healing"]["steps"] == 1  # the CPU-time budget stopped it after one step
     assert report["healing"]["cpu_seconds"] > 0 and report["healing"]["threads"] == torch.get_num_threads()
     assert "training mode with its source's dropout" in report["healing"]["loss"]
@@ -343,6 +343,11 @@ def test_healing_trains_the_student_with_its_dropout_and_stops_on_cpu_time(tiny_
     assert training_calls and set(training_calls) == {0.1}  # the student's dropouts, at the config's rate
     report = run(max_steps=1, student_dropout=False)
     assert not [p for training, p in calls if training and p > 0] and "without dropout" in report["healing"]["loss"]
+    report = run(max_steps=4, student_dropout_until=0.5)  # steps 0 and 1 with dropout, 2 and 3 without
+    training_calls = [p for training, p in calls if training]
+    assert training_calls.count(0.1) == training_calls.count(0.0) == len(training_calls) / 2 > 0
+    assert report["healing"]["student_dropout_until"] == 0.5
+    assert "dropout for the first 50% of the healing, then without" in report["healing"]["loss"]
     tokens = report["stages"]["healed"]["token_cosine"]
     assert set(tokens) == {"prefix", "special", "ordinary"} and all(-1 <= v <= 1 for v in tokens.values())
 
