@@ -186,6 +186,12 @@ class TimeBudget:
         return self.used()
 
 
+def healing_progress(step: int, max_steps: int, budget: TimeBudget) -> float:
+    """How much of a healing run is done: the larger of the steps done out of `max_steps` and the time `budget` used
+    (1: the end)."""
+    return max(step / max(1, max_steps), budget.used())
+
+
 class DistillationTrainer(Trainer):
     """A `Trainer` whose loss distils the frozen `teacher` into the trained model (see `distillation_loss`).
 
@@ -217,7 +223,7 @@ class DistillationTrainer(Trainer):
 
             def factor(step: int) -> float:
                 # the first step trains whatever the budget (a budget of 0 stops after it, with a checkpoint)
-                progress = max(step / max(1, num_training_steps), self.budget.used() if step > 0 else 0.0)
+                progress = healing_progress(step, num_training_steps, self.budget) if step > 0 else 0.0
                 warm = (step + 1) / (warmup + 1) if step < warmup else 1.0
                 return warm * max(0.0, 1.0 - progress)
 
@@ -280,15 +286,14 @@ class TimeLimit(TrainerCallback):
 
 
 class DropoutUntil(TrainerCallback):
-    """Turn the model's dropout off once `fraction` (< 1; 1: never) of the healing is done (the larger of the steps
-    done out of `max_steps` and the time `budget` used, as the learning-rate schedule reads them); from a resumed
-    checkpoint past that point, from its first step."""
+    """Turn the model's dropout off once `fraction` (< 1; 1: never) of the healing is done (`healing_progress`, as the
+    learning-rate schedule reads it); from a resumed checkpoint past that point, from its first step."""
 
     def __init__(self, fraction: float, budget: TimeBudget):
         self.fraction, self.budget = fraction, budget
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
-        progress = max(state.global_step / max(1, state.max_steps), self.budget.used())
+        progress = healing_progress(state.global_step, state.max_steps, self.budget)
         if model is not None and self.fraction < 1 and progress >= self.fraction:
             disable_dropout(model)
         return control
