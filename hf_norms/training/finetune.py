@@ -340,16 +340,7 @@ def finetune(
     prepare_training_arguments(model_args, data_args, training_args)
     output = output_folder(model_args, data_args, training_args, overwrite_output_dir)
     check_checkpoint_to_resume(training_args)
-    family = model_family(
-        model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
-    )
-    task = data_args.task or DEFAULT_TASKS[family]
-    if family not in TASK_MODELS[task]:
-        raise FinetuneInputError(
-            f"Task {task} is not available for {family}: it runs on {sorted(TASK_MODELS[task])}; "
-            f"{family} runs {sorted(t for t, models in TASK_MODELS.items() if family in models)}."
-        )
-
+    family, task = family_and_task(model_args, data_args)
     parts = load_splits(data_args, training_args, dataset, model_args.token)
     label_names = None
     if task != "masked-lm":
@@ -389,7 +380,28 @@ def finetune(
         preprocess_logits_for_metrics=argmax_logits if masked_lm else None,
         callbacks=[NormStateCallback()],
     )
+    return train_evaluate_and_save(trainer, resume, data_args.dataset)
 
+
+def family_and_task(model_args: ModelArguments, data_args: DataArguments) -> tuple[str, str]:
+    """The model family (`bert`, `vit`, ...) and the task to fine-tune it on (`data_args.task`, else the family's
+    default), refused when the family does not run that task."""
+    family = model_family(
+        model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
+    )
+    task = data_args.task or DEFAULT_TASKS[family]
+    if family not in TASK_MODELS[task]:
+        raise FinetuneInputError(
+            f"Task {task} is not available for {family}: it runs on {sorted(TASK_MODELS[task])}; "
+            f"{family} runs {sorted(t for t, models in TASK_MODELS.items() if family in models)}."
+        )
+    return family, task
+
+
+def train_evaluate_and_save(trainer: NormTrainer, resume: str | None, dataset_name: str | None) -> FinetuneResult:
+    """Train (from the checkpoint `resume`), save the model, metrics and state to the output folder, evaluate when
+    there is an eval set, then write the card as transformers' example scripts do; with `push_to_hub`, one push of the
+    finished folder (weights, code, tokenizer or image processor, metrics, card): `NormTrainer` pushes nothing before."""
     with only_the_trainers_bar():  # checkpoint saves and the best model's reload draw no bar over the Trainer's
         train_metrics = trainer.train(resume_from_checkpoint=resume).metrics
     trainer.save_model()
@@ -401,13 +413,11 @@ def finetune(
         eval_metrics = trainer.evaluate()
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
-    # The card, as transformers' example scripts write it; with push_to_hub, one push of the finished folder (weights,
-    # code, tokenizer or image processor, metrics, card): NormTrainer pushes nothing before.
     pushed = None
-    if training_args.push_to_hub:
-        pushed = trainer.push_to_hub(dataset=data_args.dataset)
+    if trainer.args.push_to_hub:
+        pushed = trainer.push_to_hub(dataset=dataset_name)
     else:
-        create_trainer_model_card(trainer, dataset=data_args.dataset)
+        create_trainer_model_card(trainer, dataset=dataset_name)
     return FinetuneResult(trainer, train_metrics, eval_metrics, pushed)
 
 
