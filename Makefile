@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check hf_norms tests benchmarks conversions
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 benchmarks: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

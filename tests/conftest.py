@@ -1,12 +1,16 @@
 """Shared fixtures: tiny configs of each family, inputs for every head, and the real packaged models."""
 
+# ruff: noqa: E402 (the environment is set before torch and transformers are imported)
+
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +19,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Remote code is copied into a modules cache named by the folder's base name; each test process (one per pytest-xdist
+# worker) and the processes it starts get their own, so two workers never write one file while the other imports it.
+MODULES_CACHE = tempfile.mkdtemp(prefix="hf-norms-tests-modules-")
+os.environ["HF_MODULES_CACHE"] = MODULES_CACHE
+atexit.register(shutil.rmtree, MODULES_CACHE, ignore_errors=True)
+# Under `pytest -n N` the workers share the cores: each (and what it starts) takes its share of threads, as
+# oversubscribed OpenMP threads spin and slow every worker down.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    cores_each = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores_each)))
 
 import pytest
 import torch
