@@ -59,7 +59,7 @@ def fold_targets(model: nn.Module) -> dict[str, list[str]]:
     attention_norm, mlp_norm, layers = ("norm1", "norm2", "encoder.layer") if dinov2 else LAYER_NAMES
     mlp_readers = ["gate_proj", "up_proj"] if getattr(model.config, "use_swiglu_ffn", False) else ["fc1"]
     targets = {}
-    for index in range(len(base.encoder_layers)):
+    for index in range(len(model.encoder_layers)):
         layer = f"{prefix}{layers}.{index}"
         targets[f"{layer}.{attention_norm}"] = [f"{layer}.attention.{p}_proj" for p in "qkv"]
         targets[f"{layer}.{mlp_norm}"] = [f"{layer}.mlp.{name}" for name in mlp_readers]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..models.norms import adds_input_position_embeddings
+
 EMBEDDING_TABLES = ("cls_token", "distillation_token", "mask_token")
 OUTPUT_PROJECTIONS = ("attention.o_proj", "mlp.fc2", "mlp.down_proj")
 LAYER_SCALES = (("layer_scale1", "attention.o_proj"), ("layer_scale2", "mlp.fc2"), ("layer_scale2", "mlp.down_proj"))
@@ -33,10 +35,10 @@ def center_residual_stream(model: nn.Module) -> None:
         table = getattr(embeddings, name, None)
         if table is not None:
             _center_table(table)
-    if embeddings.add_position_embeddings:
+    if adds_input_position_embeddings(model.config):
         _center_table(embeddings.position_embeddings)
     _center_output(embeddings.patch_embeddings.projection)
-    for layer in base.encoder_layers:
+    for layer in model.encoder_layers:
         for scale_name, projection_name in LAYER_SCALES:
             scale = getattr(layer, scale_name, None)
             projection = _submodule(layer, projection_name)

@@ -1,24 +1,26 @@
-"""DeiT with a selectable normalization layer.
+"""DeiT with a selectable normalization layer: the stock DeiT classes with their LayerNorms replaced.
 
-DeiT is ViT with a second prefix token (distillation) and zero-initialised embeddings; it runs on the shared vision
-mechanism of `modeling_vit_norm` (`VisionNormModel` and friends) and reuses the stock DeiT heads' `forward`.
+DeiT is ViT with a second prefix token (distillation), laid out for DTN and SepNorm as two prefix tokens then the patch
+grid. Each class is the stock class of its task with `NormPreTrainedMixin` in front (see `modeling_vit_norm`).
+
+Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
 """
 
 from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
-from torch import nn
-from transformers import PreTrainedModel
 from transformers.models.deit.modeling_deit import (
     DeiTForImageClassification,
     DeiTForImageClassificationWithTeacher,
     DeiTForMaskedImageModeling,
+    DeiTModel,
+    DeiTPreTrainedModel,
 )
 
 from .configuration_deit_norm import DeiTNormConfig
-from .modeling_norm_utils import register_stock_key_renames
-from .modeling_vision_norm import VisionNormModel, VisionNormPreTrainedModel, linear_head
+from .modeling_norm_utils import NormPreTrainedMixin, register_stock_key_renames
+from .modeling_vit_norm import VISION_LAYOUT
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_deit_norm.DeiTNormConfig",
@@ -28,14 +30,13 @@ FAMILY_AUTO_MAP = {
 }
 
 
-class DeiTNormPreTrainedModel(VisionNormPreTrainedModel):
+class DeiTNormPreTrainedModel(NormPreTrainedMixin, DeiTPreTrainedModel):
     config_class = DeiTNormConfig
-    base_model_prefix = "deit"
     family_auto_map = FAMILY_AUTO_MAP
-    zero_init_embeddings = True
+    family_layout = VISION_LAYOUT
 
 
-class DeiTNormModel(DeiTNormPreTrainedModel, VisionNormModel):
+class DeiTNormModel(DeiTNormPreTrainedModel, DeiTModel):
     """[`DeiTModel`] with `config.norm_type` norms."""
 
     _auto_class = "AutoModel"
@@ -46,41 +47,17 @@ class DeiTNormForImageClassification(DeiTNormPreTrainedModel, DeiTForImageClassi
 
     _auto_class = "AutoModelForImageClassification"
 
-    def __init__(self, config: DeiTNormConfig):
-        PreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.deit = DeiTNormModel(config, add_pooling_layer=False)
-        self.classifier = linear_head(config)
-        self.post_init()
-
 
 class DeiTNormForImageClassificationWithTeacher(DeiTNormPreTrainedModel, DeiTForImageClassificationWithTeacher):
     """[`DeiTForImageClassificationWithTeacher`] with `config.norm_type` norms: [CLS] and distillation heads, averaged."""
 
     _auto_class = "AutoModelForImageClassification"
 
-    def __init__(self, config: DeiTNormConfig):
-        PreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.deit = DeiTNormModel(config, add_pooling_layer=False)
-        self.cls_classifier = linear_head(config)
-        self.distillation_classifier = linear_head(config)
-        self.post_init()
-
 
 class DeiTNormForMaskedImageModeling(DeiTNormPreTrainedModel, DeiTForMaskedImageModeling):
     """[`DeiTForMaskedImageModeling`] (SimMIM decoder) with `config.norm_type` norms."""
 
     _auto_class = "AutoModelForMaskedImageModeling"
-
-    def __init__(self, config: DeiTNormConfig):
-        PreTrainedModel.__init__(self, config)
-        self.deit = DeiTNormModel(config, add_pooling_layer=False, use_mask_token=True)
-        self.decoder = nn.Sequential(
-            nn.Conv2d(config.hidden_size, config.encoder_stride**2 * config.num_channels, kernel_size=1),
-            nn.PixelShuffle(config.encoder_stride),
-        )
-        self.post_init()
 
 
 register_stock_key_renames("deit_norm", "ViTModel")

@@ -24,6 +24,7 @@ from transformers.conversion_mapping import (
 from .held_notices import held_back, load_report_of
 from .layernorm_loading import layernorm_loading_options, replace_load_notices
 from .norm_options import NORM_OPTION_NAMES
+from .norm_placement import FamilyLayout, place_norms
 from .norm_registry import STOCK
 from .norms import init_norm_parameters
 
@@ -43,9 +44,13 @@ def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
 
 
 class NormPreTrainedMixin:
-    """Shared behaviour of hf-norms models; mixed in front of a `PreTrainedModel` subclass.
+    """Shared behaviour of hf-norms models; mixed in front of a stock transformers model class (`BertModel`,
+    `ViTForImageClassification`, ...), whose `__init__` and `forward` run as they are.
 
-    - `_init_weights` also initialises the norms of `norms.py` (DyT alpha, DTN gates and position projection, SepNorm's
+    - `post_init`, which every stock `__init__` calls last, first replaces the stock LayerNorms with the config's norms
+      (`norm_placement.place_norms`, with the family's `family_layout`).
+
+    - `initialize_weights` also initialises the norms of `norms.py` (DyT alpha, DTN gates and position projection, SepNorm's
       prefix norm, LaPE's `pe_norm`), so parameters a stock checkpoint lacks get their documented values.
     - `from_pretrained(path, norm_type=...)` of a LayerNorm checkpoint goes through `from_layernorm_checkpoint`, which
       keeps its function wherever the mathematics allows (the Auto classes call it for stock checkpoints).
@@ -61,6 +66,7 @@ class NormPreTrainedMixin:
     """
 
     family_auto_map: ClassVar[dict[str, str]] = {}
+    family_layout: ClassVar[FamilyLayout]
     accepts_loss_kwargs: ClassVar[bool] = False
     # `publisher(model, repo_id, **options)`, set by `import hf_norms` (`hf_norms.hub.model_push.push_model`): how
     # `push_to_hub` publishes. None where this file runs as remote code without hf-norms: transformers' push.
@@ -108,21 +114,26 @@ class NormPreTrainedMixin:
         replace_load_notices(model, pretrained_model_name_or_path, info, reports)
         return (model, info) if output_loading_info else model
 
+    @property
+    def encoder_layers(self):
+        """The transformer layers, where the family's stock model keeps them (`family_layout.layers`)."""
+        return self.base_model.get_submodule(self.family_layout.layers)
+
     def post_init(self) -> None:
-        """Validate the config before anything else: options given to `from_pretrained(path, option=value)` are set
-        on a config that was already validated, so a value out of range would otherwise go unnoticed."""
+        """Validate the config (options given to `from_pretrained(path, option=value)` are set on a config that was
+        already validated, so a value out of range would otherwise go unnoticed), put the norms in place, then the
+        stock `post_init` (weight initialisation, tying, ...)."""
         self.config.validate()
+        place_norms(self, self.family_layout)
         super().post_init()
 
-    def _init_weights(self, module) -> None:
-        super()._init_weights(module)
-        init_norm_parameters(module)
-
-    def _initialize_weights(self, module, is_custom_code: bool = False) -> None:
-        # `_init_weights` here writes only through `transformers.initialization`, which skips loaded tensors, so the
-        # shortcut transformers takes for remote code (skip a module whose own tensors are all loaded) is not needed;
-        # it would skip SepNorm, whose missing prefix norm starts as a copy of the loaded affine.
-        super()._initialize_weights(module, is_custom_code=False)
+    def initialize_weights(self) -> None:
+        """The stock initialisation, then each hf-norms norm's documented initial values (`init_norm_parameters`, which
+        write through `transformers.initialization` and so skip loaded tensors). A pass of its own, since the stock
+        pass initialises sub-models (DINOv2's encoder is one) with their own stock `_init_weights`."""
+        super().initialize_weights()
+        for module in self.modules():
+            init_norm_parameters(module)
 
     def save_pretrained(
         self,

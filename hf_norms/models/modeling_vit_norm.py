@@ -1,22 +1,27 @@
-"""ViT with a selectable normalization layer: the ViT classes on the shared vision mechanism (`modeling_vision_norm`).
+"""ViT with a selectable normalization layer: the stock ViT classes with their LayerNorms replaced.
 
-The heads reuse the stock heads' `forward`. Copied next to a saved checkpoint for `trust_remote_code`, so it imports
-nothing from `hf_norms`.
+ViT is pre-LN: `x = x + attn(norm_before(x)); x = x + mlp(norm_after(x))`, then a final norm. Each class here is the
+stock class of its task with `NormPreTrainedMixin` in front: the stock `__init__` builds the model, `post_init`
+replaces its norms (`norm_placement`), and the stock `forward` runs. Tokens are laid out for DTN as [CLS] then the
+patch grid of the image; LaPE adds each layer's normalised position embedding to its attention input.
+
+Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
 """
-
-from __future__ import annotations
 
 from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
-from torch import nn
-from transformers import PreTrainedModel
-from transformers.models.vit.modeling_vit import ViTForImageClassification, ViTForMaskedImageModeling
+from transformers.models.vit.modeling_vit import (
+    ViTForImageClassification,
+    ViTForMaskedImageModeling,
+    ViTModel,
+    ViTPreTrainedModel,
+)
 
 from .configuration_vit_norm import ViTNormConfig
-from .modeling_norm_utils import register_stock_key_renames
-from .modeling_vision_norm import VisionNormModel, VisionNormPreTrainedModel, linear_head
+from .modeling_norm_utils import NormPreTrainedMixin, register_stock_key_renames
+from .norm_placement import FamilyLayout
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_vit_norm.ViTNormConfig",
@@ -24,15 +29,17 @@ FAMILY_AUTO_MAP = {
     "AutoModelForImageClassification": "modeling_vit_norm.ViTNormForImageClassification",
     "AutoModelForMaskedImageModeling": "modeling_vit_norm.ViTNormForMaskedImageModeling",
 }
+# where the stock ViT and DeiT keep their layers and what each layer's attention reads
+VISION_LAYOUT = FamilyLayout(layers="layers", attention_input="attention", text=False)
 
 
-class ViTNormPreTrainedModel(VisionNormPreTrainedModel):
+class ViTNormPreTrainedModel(NormPreTrainedMixin, ViTPreTrainedModel):
     config_class = ViTNormConfig
-    base_model_prefix = "vit"
     family_auto_map = FAMILY_AUTO_MAP
+    family_layout = VISION_LAYOUT
 
 
-class ViTNormModel(ViTNormPreTrainedModel, VisionNormModel):
+class ViTNormModel(ViTNormPreTrainedModel, ViTModel):
     """[`ViTModel`] with `config.norm_type` norms."""
 
     _auto_class = "AutoModel"
@@ -43,36 +50,17 @@ class ViTNormForImageClassification(ViTNormPreTrainedModel, ViTForImageClassific
 
     _auto_class = "AutoModelForImageClassification"
 
-    def __init__(self, config: ViTNormConfig):
-        PreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.vit = ViTNormModel(config, add_pooling_layer=False)
-        self.classifier = linear_head(config)
-        self.post_init()
-
 
 class ViTNormForMaskedImageModeling(ViTNormPreTrainedModel, ViTForMaskedImageModeling):
     """[`ViTForMaskedImageModeling`] (SimMIM decoder) with `config.norm_type` norms."""
 
     _auto_class = "AutoModelForMaskedImageModeling"
 
-    def __init__(self, config: ViTNormConfig):
-        PreTrainedModel.__init__(self, config)
-        self.vit = ViTNormModel(config, add_pooling_layer=False, use_mask_token=True)
-        self.decoder = nn.Sequential(
-            nn.Conv2d(
-                config.hidden_size,
-                config.encoder_stride**2 * config.num_channels,
-                kernel_size=1,
-            ),
-            nn.PixelShuffle(config.encoder_stride),
-        )
-        self.post_init()
-
 
 register_stock_key_renames("vit_norm", "ViTModel")
 
 __all__ = [
+    "VISION_LAYOUT",
     "ViTNormForImageClassification",
     "ViTNormForMaskedImageModeling",
     "ViTNormModel",

@@ -23,7 +23,7 @@ from .norm_dtn_export import exported_token_norm, onnx_translation_registered
 from .norm_dtn_fast import TokenGrid, fast_token_norm, gates_are_one
 from .norm_dtn_formula import TokenNormParameters, mixing_matrices, token_norm_formula
 from .runtime import autocast_off, compute_dtype, is_dynamo_onnx_export, is_eager_full_precision, result_dtype
-from .token_layout import TokenLayout
+from .token_layout import TokenLayout, layout_of
 
 
 def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
@@ -191,6 +191,7 @@ class DynamicTokenNorm(nn.Module):
         ONNX, autocast, 16-bit) the plain formula (`traced_formula`), in float32 with autocast off, as autocast runs LayerNorm.
         The gates' in-place projection in training is traced as a mutation of the parameters (checked under compile).
         """
+        layout = layout_of(self, hidden_states, layout)
         if layout is None:
             raise ValueError("DynamicTokenNorm needs a TokenLayout (prefix tokens, grid size, padding mask).")
         layout.check_sequence(hidden_states)

@@ -15,7 +15,7 @@ from torch import nn
 from transformers import initialization as init
 
 from .runtime import is_traced
-from .token_layout import TokenLayout
+from .token_layout import TokenLayout, layout_of
 
 
 class PrefixBatchNorm(nn.BatchNorm1d):
@@ -96,6 +96,7 @@ class SeparateNorm(nn.Module):
         init.copy_(self.prefix_norm.bias, self.bias)
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        layout = layout_of(self, hidden_states, layout)
         prefix = layout.num_prefix_tokens if layout is not None else self.num_prefix_tokens
         if hidden_states.shape[1] < prefix:
             raise ValueError(

@@ -28,6 +28,13 @@ class TokenLayout:
     grid_size: tuple[int, int]
     padding_mask: torch.Tensor | None = None
 
+    def fits(self, hidden_states: torch.Tensor) -> bool:
+        """Whether `hidden_states` `[batch, seq_len, hidden]` has this layout's length (and padding mask's batch)."""
+        rows, cols = self.grid_size
+        mask = self.padding_mask
+        batch_fits = mask is None or mask.shape[0] == hidden_states.shape[0]
+        return self.num_prefix_tokens + rows * cols == hidden_states.shape[1] and batch_fits
+
     def check_sequence(self, hidden_states: torch.Tensor) -> None:
         rows, cols = self.grid_size
         seq_len = hidden_states.shape[1]
@@ -37,3 +44,12 @@ class TokenLayout:
                 f"tokens followed by a {rows}x{cols} grid ({self.num_prefix_tokens + rows * cols} tokens). DTN "
                 "needs every non-prefix token on the patch grid: pass whole images, without dropping or adding tokens."
             )
+
+
+def layout_of(norm, hidden_states: torch.Tensor, layout: TokenLayout | None) -> TokenLayout | None:
+    """`layout` when given, else that of the model call running now (`norm.norm_context`, set when hf-norms placed
+    the norm in a model; `norm_placement.NormContext`), else None."""
+    if layout is not None:
+        return layout
+    context = getattr(norm, "norm_context", None)
+    return context.layout_for(hidden_states) if context is not None else None

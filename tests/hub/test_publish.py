@@ -180,7 +180,7 @@ def test_uploaded_files(checkpoints, published, api):
     assert {"config.json", "model.safetensors", "preprocessor_config.json", REPORT_NAME, "norms.py"} <= remote
     assert {
         "modeling_deit_norm.py",
-        "modeling_vision_norm.py",
+        "modeling_vit_norm.py",
         "configuration_deit_norm.py",
         "token_layout.py",
     } <= remote

@@ -9,6 +9,7 @@ from conftest import tiny_config
 
 import hf_norms
 from hf_norms import DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm, TokenLayout
+from hf_norms.models.norms import build_norm
 
 torch.set_default_dtype(torch.float32)
 
@@ -295,5 +296,6 @@ def test_dtn_refuses_a_sequence_that_is_not_the_patch_grid():
     model = hf_norms_model("vit", "dtn")
     with pytest.raises(ValueError, match=r"The sequence has 17 tokens.*1 prefix tokens followed by a 4x5 grid"):
         model.layers[0].layernorm_before(torch.randn(1, 17, 48), TokenLayout(1, (4, 5)))
+    outside_a_model = build_norm(model.config, 1, layer_index=0)
     with pytest.raises(ValueError, match="needs a TokenLayout"):
-        model.layers[0].layernorm_before(torch.randn(1, 17, 48))
+        outside_a_model(torch.randn(1, 17, 48))
