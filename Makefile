@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test lint benchmarks
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/newest.txt
 	bash scripts/setup.sh
 	touch $(STAMP)
 

@@ -14,6 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .import_hooks import install_moved_module_finder, when_imported
+
+# Refuses (ImportError, one line) a transformers release older than the supported range, here rather than at the first
+# model built; warns once on a newer one.
+from .models import version_guard  # noqa: F401
 from .version import VERSION
 
 __version__ = VERSION

@@ -183,7 +183,8 @@ def limitations(facts: CardFacts) -> list[str]:
             "use `last_hidden_state`; without that argument the pooler is randomly initialised."
         )
     items.append(
-        f"The remote code refuses to run outside transformers{SUPPORTED_TRANSFORMERS}, the releases it was written for."
+        f"The remote code is tested on transformers{SUPPORTED_TRANSFORMERS}; on a newer release it warns once and runs, "
+        "an older one is refused with the release to install."
     )
     return items
 

@@ -7,6 +7,7 @@ SepNorm conversion, a naive DyT swap healed by a few real distillation steps), i
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -307,15 +308,25 @@ def test_the_registrys_papers_render_as_bibtex():
 
 
 def test_version_guard(monkeypatch):
+    """The tested range runs quietly, a newer release runs with one warning, an older one is refused in one line."""
     check_transformers_version()  # the installed release is supported
-    check_transformers_version("5.23.0")
-    check_transformers_version("5.23.2.dev0")
-    for installed in ("5.22.9", "5.24.0", "6.0.0"):
+    for installed in ("5.20.0", "5.20.0.dev0", "5.23.2.dev0", "5.25.0", "5.25.3"):
+        check_transformers_version(installed)
+    for installed in ("5.19.0", "5.19.9.dev0", "4.57.1"):
         with pytest.raises(ImportError) as excinfo:
             check_transformers_version(installed)
-        assert installed in str(excinfo.value) and SUPPORTED_TRANSFORMERS in str(excinfo.value)
+        message = str(excinfo.value)
+        assert installed in message and SUPPORTED_TRANSFORMERS in message and "\n" not in message
+    hf_norms_logger = logging.getLogger("hf_norms")
+    warnings = []
+    monkeypatch.setattr(hf_norms_logger, "warning", warnings.append)
+    monkeypatch.setattr(hf_norms_logger, "newer_transformers_warned", set(), raising=False)
+    check_transformers_version("5.26.0")
+    check_transformers_version("5.26.0")
+    check_transformers_version("6.0.0")
+    assert len(warnings) == 2 and "transformers 5.26.0 is newer" in warnings[0]  # once per release
     monkeypatch.setenv(OVERRIDE_VARIABLE, "1")
-    check_transformers_version("5.24.0")
+    check_transformers_version("5.19.0")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from hf_norms.demo import BLOCK_HF_NORMS
 from hf_norms.hub.card_facts import REPORT_NAME
 from hf_norms.hub.publish import push_to_hub
 from hf_norms.hub.server import HubServer
-from hf_norms.models.version_guard import SUPPORTED_TRANSFORMERS
+from hf_norms.models.version_guard import NEWEST_TESTED_TRANSFORMERS, OLDEST_TRANSFORMERS
 
 TOKEN = "hf_publish-test-secret-4711"
 
@@ -247,7 +247,11 @@ def test_trainer_push_to_hub_writes_the_same_card(checkpoints, api, hub, tmp_pat
 
 
 GUARD_CHECK = """
-import json, os, transformers
+import json, logging, os, transformers
+warnings = []
+handler = logging.Handler()
+handler.emit = lambda record: warnings.append(record.getMessage())
+logging.getLogger("hf_norms").addHandler(handler)
 try:
     transformers.AutoModelForImageClassification.from_pretrained(FOLDER, trust_remote_code=True)
     refused = None
@@ -255,20 +259,36 @@ except ImportError as err:
     refused = str(err)
 os.environ["HF_NORMS_ALLOW_ANY_TRANSFORMERS"] = "1"
 model = transformers.AutoModelForImageClassification.from_pretrained(FOLDER, trust_remote_code=True)
-print(json.dumps({"refused": refused, "installed": transformers.__version__, "loaded": type(model).__name__}))
+print(json.dumps({"refused": refused, "installed": transformers.__version__, "loaded": type(model).__name__,
+                  "warnings": warnings}))
 """
 
 
-def test_remote_code_refuses_a_transformers_release_it_was_not_written_for(checkpoints, hub, tmp_path):
+@pytest.mark.parametrize("tested_range", ["older", "newer"])
+def test_remote_code_on_a_release_outside_its_tested_range(checkpoints, hub, tmp_path, tested_range):
+    """The remote code refuses a release older than its oldest in one line (and runs with the override); on a release
+    newer than its tested range it warns once and runs."""
     folder = copy_of(checkpoints["vit"]["folder"], tmp_path)
     guard = folder / "version_guard.py"
     assert guard.is_file(), "save_pretrained must copy version_guard.py (imported by every remote-code file)"
-    other = ">=5.24.0,<5.25.0"
-    guard.write_text(guard.read_text().replace(SUPPORTED_TRANSFORMERS, other))
+    text = guard.read_text()
+    if tested_range == "older":  # the installed release is older than this code's oldest
+        text = text.replace(f'OLDEST_TRANSFORMERS = "{OLDEST_TRANSFORMERS}"', 'OLDEST_TRANSFORMERS = "99.0.0"')
+    else:  # the installed release is newer than the newest this code was tested on
+        text = text.replace(
+            f'NEWEST_TESTED_TRANSFORMERS = "{NEWEST_TESTED_TRANSFORMERS}"', 'NEWEST_TESTED_TRANSFORMERS = "5.1.0"'
+        )
+    assert text != guard.read_text()
+    guard.write_text(text)
     result = run_client(GUARD_CHECK.replace("FOLDER", repr(str(folder))), hub, tmp_path, block_hf_norms=True)
-    assert result["refused"] is not None
-    assert other in result["refused"] and result["installed"] in result["refused"]
     assert result["loaded"] == "ViTNormForImageClassification"
+    if tested_range == "older":
+        refused = result["refused"]
+        assert refused is not None and "\n" not in refused
+        assert "transformers>=99.0.0" in refused and result["installed"] in refused
+    else:
+        assert result["refused"] is None
+        assert len(result["warnings"]) == 1 and f"transformers {result['installed']} is newer" in result["warnings"][0]
 
 
 ENCODE_BY_ID = """
