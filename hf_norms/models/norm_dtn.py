@@ -46,17 +46,19 @@ def local_position_init(num_heads: int, one_dimensional: bool) -> torch.Tensor:
 
 class PositionProjection(nn.Module):
     """DTN's `pos_proj`, the paper's `Linear(3, H)` from relative offsets `(dx, dy, dx^2 + dy^2)` to each head's logit,
-    held as plain parameters: `weight` `[H, 3]` (`a_h`) and `bias` `[H]` (`b_h`), the state-dict keys of the Linear.
+    held as the parameter `weight` `[H, 3]` (`a_h`) and the buffer `bias` `[H]` (`b_h`), the state-dict keys of the
+    Linear.
 
     Not an `nn.Linear`, so that tools which adapt every Linear layer (peft's `target_modules="all-linear"`) leave this
     part of the norm alone. DTN never applies it as a layer: the logits are separable (`axis_mixing`) and `b_h`
-    cancels in the softmax.
+    cancels in the softmax, so its gradient is always zero; a buffer, it is saved and loaded under its key but is no
+    parameter that an optimizer, DDP (`find_unused_parameters=False`) or gradient checks would expect a gradient for.
     """
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
         self.weight = nn.Parameter(weight)
-        self.bias = nn.Parameter(torch.zeros(weight.shape[0]))
+        self.register_buffer("bias", torch.zeros(weight.shape[0]))
 
     def extra_repr(self) -> str:
         return f"in_features=3, out_features={self.weight.shape[0]}"
@@ -108,7 +110,7 @@ class DynamicTokenNorm(nn.Module):
     as their value, kept in `[0, 1]` by projection (`gates`): 0.5 is the paper's initial `sigmoid(0)`, and exactly 1
     is LayerNorm, from where training can still move them.
 
-    Extra parameters over LayerNorm: `3H + H` (pos_proj) `+ 2H` (gates) `= 6H`.
+    Extra parameters over LayerNorm: `3H` (pos_proj) `+ 2H` (gates) `= 5H`, and pos_proj's `H` biases as a buffer.
     Input and output: `[batch, seq_len, hidden]`; needs a `TokenLayout`.
     """
 

@@ -66,6 +66,7 @@ def random_dtn(hidden=24, heads=3, fast_path=True) -> DynamicTokenNorm:
     with torch.no_grad():
         for param in layer.parameters():
             param.normal_()
+        layer.pos_proj.bias.normal_()  # a buffer (it cancels in the softmax); random all the same
         layer.mean_gate.uniform_(0, 1)
         layer.var_gate.uniform_(0, 1)
     return layer
@@ -239,7 +240,8 @@ def test_parameter_overheads_match_the_papers(family):
     config = tiny_config(family, "layernorm")
     hidden, heads, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
     norms_replaced = 2 * layers + 1  # 2 per layer, plus the final norm (vision) or the embedding norm (BERT)
-    assert count_parameters(hf_norms_model(family, "dtn")) - base == 6 * heads * norms_replaced
+    # DTN: pos_proj's weight (3H) and the two gates (2H) train; pos_proj's bias (H) cancels in the softmax, a buffer
+    assert count_parameters(hf_norms_model(family, "dtn")) - base == 5 * heads * norms_replaced
     assert count_parameters(hf_norms_model(family, "lape")) - base == 2 * hidden * layers
     assert count_parameters(hf_norms_model(family, "dyt")) - base == norms_replaced
     assert count_parameters(hf_norms_model(family, "derf")) - base == 2 * norms_replaced  # alpha and shift
@@ -299,3 +301,18 @@ def test_dtn_refuses_a_sequence_that_is_not_the_patch_grid():
     outside_a_model = build_norm(model.config, 1, layer_index=0)
     with pytest.raises(ValueError, match="needs a TokenLayout"):
         outside_a_model(torch.randn(1, 17, 48))
+
+
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_every_dtn_parameter_gets_a_gradient(family):
+    """DDP with `find_unused_parameters=False` and transformers' gradient checks need a gradient for every parameter:
+    pos_proj's bias, which cancels in the softmax, is a buffer."""
+    model = hf_norms_model(family, "dtn").train()
+    config = model.config
+    if family == "bert":
+        inputs = {"input_ids": torch.randint(5, config.vocab_size, (2, 7))}
+    else:
+        inputs = {"pixel_values": torch.randn(2, 3, config.image_size, config.image_size)}
+    model(**inputs).last_hidden_state.pow(2).mean().backward()
+    without = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert without == [], without
