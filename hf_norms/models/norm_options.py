@@ -99,23 +99,23 @@ class NormOptions(NormOptionFields):
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     def validate_norm_options(self) -> None:
-        """Every size positive, the attention heads dividing the hidden size, eps positive, `norm_type` registered and
-        each norm option passing its check; runs before any tensor is allocated."""
+        """Every size positive, eps positive, `norm_type` registered and the options of the norms in use passing their
+        checks; runs before
+        any tensor is allocated. What the stock config accepts (a hidden size the heads do not divide, which the stock
+        attention refuses when built; any positive eps) is accepted here too."""
         for name in SIZES:
             if getattr(self, name, 1) is not None and not getattr(self, name, 1) > 0:  # DINOv2 has mlp_ratio instead
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})."
-            )
-        if not 0 < self.layer_norm_eps < 1:
-            raise ValueError(f"layer_norm_eps must be a small positive number, got {self.layer_norm_eps}.")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}.")
         if self.norm_type not in NORM_TYPES:
             raise ValueError(unknown_norm_type(self.norm_type))
-        for option in OPTIONS:
-            problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
-            if problem:
-                raise ValueError(problem)
+        in_use = {self.norm_type, *(self.layer_norm_types if isinstance(self.layer_norm_types, list) else ())}
+        for kind, spec in NORM_TYPES.items():
+            for option in spec.options if kind in in_use else ():  # another norm's options are unused, as in stock
+                problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
+                if problem:
+                    raise ValueError(problem)
         if not NORM_TYPES[self.norm_type].per_token and getattr(self, "is_decoder", False):
             raise ValueError(
                 f"norm_type={self.norm_type!r} mixes statistics across all tokens, so a causal decoder "

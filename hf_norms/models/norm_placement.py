@@ -65,11 +65,19 @@ class NormContext:
         return self
 
     def layout_for(self, hidden_states: torch.Tensor) -> TokenLayout:
-        """The layout of the running call when it fits `hidden_states` `[batch, seq_len, hidden]`, else the default."""
+        """The layout of the running call when it fits `hidden_states` `[batch, seq_len, hidden]`; for text states
+        shorter than the call's sequence, that of its last tokens (a head that keeps only the last logits,
+        `logits_to_keep`), whose prefix is what of the call's prefix they still hold; else the default."""
         layout = self.layout
         if layout is not None and layout.fits(hidden_states):
             return layout
-        return self.default_layout(hidden_states.shape[1])
+        length = hidden_states.shape[1]
+        if layout is not None and self.text and length < layout.num_prefix_tokens + layout.grid_size[1]:
+            dropped = layout.num_prefix_tokens + layout.grid_size[1] - length
+            prefix = max(layout.num_prefix_tokens - dropped, 0)
+            mask = layout.padding_mask[:, -length:] if layout.padding_mask is not None else None
+            return TokenLayout(prefix, (1, length - prefix), mask)
+        return self.default_layout(length)
 
     def default_layout(self, seq_len: int) -> TokenLayout:
         """The prefix tokens, then one row (text) or a square grid (images) of the remaining tokens."""
