@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/hf-norms demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check hf_norms tests benchmarks conversions
-	$(BIN)/ruff format --check hf_norms tests benchmarks conversions
+	$(BIN)/ruff check hf_norms tests tests_transformers benchmarks conversions
+	$(BIN)/ruff format --check hf_norms tests tests_transformers benchmarks conversions
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile

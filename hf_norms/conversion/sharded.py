@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
+from ..models.transformers_internals import remove_tied_weights_from_state_dict
 from .checkpoint_io import SAFETENSORS_FILE, SAFETENSORS_INDEX, StoredTensor, safetensors_files, safetensors_layout
 from .sources import quiet_transformers
 

@@ -128,16 +128,11 @@ def stock_router(stock_config: type, stock_name: str, norm_class: DeferredClass)
 
 
 def register_stock_routers(auto_class, config_class: type, heads: tuple[DeferredClass, ...]) -> None:
-    """Map `config_class`'s stock config, in `auto_class`, to a `stock_router` for each stock head transformers maps
-    it to (several where the task has several: DeiT's classifier with and without teacher), paired with the hf-norms
-    head of the same name (`DeiTForImageClassification` -> `DeiTNormForImageClassification`)."""
+    """Map `config_class`'s stock config, in `auto_class`, to a `stock_router` for the stock head of each hf-norms
+    head under it (several where the task has several: DeiT's classifier with and without teacher), of the same name
+    without "Norm" (`DeiTNormForImageClassification` -> `DeiTForImageClassification`)."""
     stock_config = config_class.stock_config_class()
-    stock_names = auto_class._model_mapping._model_mapping[stock_config.model_type]  # transformers' names, not classes
-    by_stock_name = {head.__name__.replace("Norm", "", 1): head for head in heads}
-    routers = tuple(
-        stock_router(stock_config, name, by_stock_name[name])
-        for name in (stock_names if isinstance(stock_names, tuple) else (stock_names,))
-    )
+    routers = tuple(stock_router(stock_config, head.__name__.replace("Norm", "", 1), head) for head in heads)
     auto_class.register(stock_config, routers[0] if len(routers) == 1 else routers, exist_ok=True)
 
 

@@ -27,9 +27,9 @@ from typing import Any
 from torch import nn
 from transformers import modeling_utils
 from transformers.utils import logging as transformers_logging
-from transformers.utils.loading_report import LoadStateDictInfo, log_state_dict_report
 
 from .norms import function_preserving_options, norm_spec, preserves_layernorm_function
+from .transformers_internals import LoadStateDictInfo, log_state_dict_report
 
 logger = transformers_logging.get_logger(__name__)
 

@@ -59,7 +59,7 @@ def test_checkpoint_folder_holds_the_full_auto_map_and_flat_code(saved_checkpoin
     code_files = {name for name in os.listdir(folder) if name.endswith(".py")}
     # the DeiT files, the ViT file whose layout DeiT shares, the placement of norms and the whole norm registry; nothing of conversion, training or hub
     assert code_files == {
-        "configuration_deit_norm.py", "modeling_deit_norm.py", "modeling_vit_norm.py", "configuration_vit_norm.py", "modeling_norm_utils.py", "norm_placement.py",
+        "configuration_deit_norm.py", "modeling_deit_norm.py", "modeling_vit_norm.py", "configuration_vit_norm.py", "modeling_norm_utils.py", "norm_placement.py", "transformers_internals.py",
         "norm_options.py", "version_guard.py", "norms.py", "token_layout.py", "norm_layernorm.py", "norm_dyt.py",
         "norm_derf.py", "norm_dtn.py", "norm_dtn_fast.py", "norm_dtn_formula.py", "norm_dtn_export.py", "norm_sepnorm.py", "norm_lape.py", "runtime.py",
         "layernorm_loading.py", "held_notices.py", "norm_registry.py", "norm_spec.py", "norm_rmsnorm.py",
