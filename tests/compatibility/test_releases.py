@@ -5,7 +5,8 @@ For every family x norm_type: the model builds, a stock checkpoint loads with `n
 mathematics allows), one Trainer step runs, the saved checkpoint loads back through its remote code in a process
 without hf_norms with identical outputs. With `HF_NORMS_RELEASE_EXCHANGE` set to a folder, the checkpoints are also
 written there under this release's version, and every checkpoint another release wrote there is loaded through remote
-code and must give the outputs recorded with it (a checkpoint saved on one release loads on the other).
+code, and with hf_norms through its own classes, and must give the outputs recorded with it (a checkpoint saved on
+one release loads on the other).
 """
 
 from __future__ import annotations
@@ -129,5 +130,12 @@ def test_checkpoints_saved_on_another_release_load_with_the_same_outputs(tmp_pat
     code = REMOTE_LOAD % json.dumps(folders)
     results = json.loads(run_without_hf_norms(code, tmp_path).strip().splitlines()[-1])
     assert len(results) == len(folders)
+    for folder in folders:  # and with hf_norms, through its own classes
+        model = transformers.AutoModel.from_pretrained(folder).eval()
+        assert type(model).__module__.startswith("hf_norms.")
+        reference = torch.load(f"{folder}/reference.pt")
+        with torch.no_grad():
+            out = model(**reference["inputs"]).last_hidden_state
+        results[f"{folder} (hf_norms)"] = (out - reference["expected"]).abs().max().item()
     worst = max(results.values())
     assert worst <= 1e-6, {k: v for k, v in results.items() if v > 1e-6}
