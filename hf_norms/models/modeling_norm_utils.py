@@ -26,7 +26,7 @@ from .layernorm_loading import layernorm_loading_options, replace_load_notices
 from .norm_options import NORM_OPTION_NAMES
 from .norm_placement import FamilyLayout, place_norms
 from .norm_registry import STOCK
-from .norms import init_norm_parameters
+from .norms import build_position_norm, init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
@@ -134,6 +134,18 @@ class NormPreTrainedMixin:
         super().initialize_weights()
         for module in self.modules():
             init_norm_parameters(module)
+
+    def gradient_checkpointing_enable(self, *args, **kwargs) -> None:
+        """transformers' gradient checkpointing (its arguments as they are); refused in one line where it would
+        silently stop training LaPE's position norms: reentrant checkpointing differentiates only a layer's inputs, and
+        each layer's normalised position embedding reaches its attention from outside them."""
+        options = kwargs.get("gradient_checkpointing_kwargs", args[0] if args else None) or {}
+        if options.get("use_reentrant") and build_position_norm(self.config) is not None:
+            raise ValueError(
+                f"norm_type={self.config.norm_type!r} trains its position norms only with non-reentrant gradient "
+                "checkpointing: pass gradient_checkpointing_kwargs={'use_reentrant': False} (or leave it unset)."
+            )
+        super().gradient_checkpointing_enable(*args, **kwargs)
 
     def save_pretrained(
         self,

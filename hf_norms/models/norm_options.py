@@ -116,6 +116,12 @@ class NormOptions(NormOptionFields):
                 problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
                 if problem:
                     raise ValueError(problem)
+        chunked = [kind for kind in sorted(in_use) if kind in NORM_TYPES and NORM_TYPES[kind].whole_sequence]
+        if chunked and getattr(self, "chunk_size_feed_forward", 0):
+            raise ValueError(
+                f"chunk_size_feed_forward runs the norm after the feed-forward on chunks of tokens, but "
+                f"norm_type={chunked[0]!r} needs the whole sequence at once: leave chunk_size_feed_forward at 0."
+            )
         if not NORM_TYPES[self.norm_type].per_token and getattr(self, "is_decoder", False):
             raise ValueError(
                 f"norm_type={self.norm_type!r} mixes statistics across all tokens, so a causal decoder "

@@ -281,12 +281,14 @@ NORM_TYPES: dict[str, NormSpec] = {
         preserving_note="mean and variance gates at 1 (LayerNorm's statistics) in {count} DTN norms",
         added_parameters=(".pos_proj.weight", ".pos_proj.bias", ".mean_gate", ".var_gate"),
         per_token=False,
+        whole_sequence=True,
         caveats=_dtn_caveats,
     ),
     "sepnorm": NormSpec(
         name="sepnorm",
         short_name="SepNorm",
         layer=_sepnorm,
+        whole_sequence=True,
         text=CardText(
             title="SepNorm",
             headline="with **SepNorm** in place of its LayerNorms",

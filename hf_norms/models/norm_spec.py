@@ -110,7 +110,8 @@ class NormSpec:
     - `added_parameters`: the parameter-name suffixes it adds to a LayerNorm's `weight` and `bias` (what a LayerNorm
       checkpoint lacks).
     - `per_token`: each token's output depends only on that token (else it mixes tokens: not in a task head, not in a
-      causal decoder). `position_norms`: each layer gets a LaPE position norm. `folds`: its output is `weight * z +
+      causal decoder). `whole_sequence`: it reads where each token sits (the prefix tokens, the grid), so it must see a
+      whole sequence at once, never a chunk of its tokens. `position_norms`: each layer gets a LaPE position norm. `folds`: its output is `weight * z +
       bias`, so the affine folds into the next Linear layers. `statistics_free`: no statistics (the output follows the
       input's scale). `uses_batch_statistics(config)`, `keeps_input_position_embeddings(config)`: what a config of it
       does.
@@ -133,6 +134,7 @@ class NormSpec:
     conversion_options: Mapping[str, Any] = field(default_factory=dict)
     added_parameters: tuple[str, ...] = ()
     per_token: bool = True
+    whole_sequence: bool = False
     position_norms: bool = False
     folds: bool = True
     statistics_free: bool = False

@@ -76,3 +76,22 @@ def test_configs_accept_what_the_stock_configs_accept():
         hf_norms.BertNormModel(config)
     with pytest.raises((ValueError, StrictDataclassClassValidationError), match="layer_norm_eps must be positive"):
         hf_norms.BertNormConfig(layer_norm_eps=0.0)
+
+
+def test_lape_refuses_reentrant_checkpointing_and_trains_without_it():
+    """Reentrant checkpointing would silently leave LaPE's position norms untrained: one line says what to pass."""
+    model = hf_norms.ViTNormModel(tiny_config("vit", "lape"), add_pooling_layer=False).train()
+    with pytest.raises(ValueError, match="use_reentrant': False"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    pixels = torch.randn(2, 3, model.config.image_size, model.config.image_size)
+    model(pixel_values=pixels).last_hidden_state.pow(2).mean().backward()
+    assert all(layer.pe_norm.weight.grad is not None for layer in model.encoder_layers)
+
+
+@pytest.mark.parametrize("norm_type", ["dtn", "sepnorm"])
+def test_token_aware_norms_refuse_feed_forward_chunking(norm_type):
+    """BERT's feed-forward chunks would run the norm after it on chunks of tokens."""
+    with pytest.raises((ValueError, StrictDataclassClassValidationError), match="chunk_size_feed_forward"):
+        tiny_config("bert", norm_type, chunk_size_feed_forward=2)
+    assert tiny_config("bert", "dyt", chunk_size_feed_forward=2).chunk_size_feed_forward == 2
