@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from transformers import modeling_utils
+from transformers import PreTrainedModel, modeling_utils
 from transformers.conversion_mapping import (
     get_checkpoint_conversion_mapping,
     register_checkpoint_conversion_mapping,
@@ -135,17 +135,29 @@ class NormPreTrainedMixin:
         for module in self.modules():
             init_norm_parameters(module)
 
-    def gradient_checkpointing_enable(self, *args, **kwargs) -> None:
-        """transformers' gradient checkpointing (its arguments as they are); refused in one line where it would
-        silently stop training LaPE's position norms: reentrant checkpointing differentiates only a layer's inputs, and
-        each layer's normalised position embedding reaches its attention from outside them."""
-        options = kwargs.get("gradient_checkpointing_kwargs", args[0] if args else None) or {}
-        if options.get("use_reentrant") and build_position_norm(self.config) is not None:
+    def refuse_reentrant_checkpointing(self, options: dict | None) -> None:
+        """Refuse in one line what would silently stop training LaPE's position norms: reentrant checkpointing
+        differentiates only a layer's inputs, and each layer's normalised position embedding reaches its attention
+        from outside them."""
+        if (options or {}).get("use_reentrant") and build_position_norm(self.config) is not None:
             raise ValueError(
-                f"norm_type={self.config.norm_type!r} trains its position norms only with non-reentrant gradient "
-                "checkpointing: pass gradient_checkpointing_kwargs={'use_reentrant': False} (or leave it unset)."
+                f"norm_type={self.config.norm_type!r} trains its position norms only with non-reentrant activation "
+                "checkpointing: pass {'use_reentrant': False} as its kwargs (or leave them unset)."
             )
-        super().gradient_checkpointing_enable(*args, **kwargs)
+
+    # transformers 5.25 renamed `gradient_checkpointing_enable` (now a deprecated alias that calls the new name) to
+    # `activation_checkpointing_enable`: the check sits on whichever this release's models call first.
+    if hasattr(PreTrainedModel, "activation_checkpointing_enable"):
+
+        def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, *args, **kwargs):
+            self.refuse_reentrant_checkpointing(activation_checkpointing_kwargs)
+            return super().activation_checkpointing_enable(activation_checkpointing_kwargs, *args, **kwargs)
+
+    else:
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, *args, **kwargs):
+            self.refuse_reentrant_checkpointing(gradient_checkpointing_kwargs)
+            return super().gradient_checkpointing_enable(gradient_checkpointing_kwargs, *args, **kwargs)
 
     def save_pretrained(
         self,

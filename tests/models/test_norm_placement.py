@@ -81,8 +81,11 @@ def test_configs_accept_what_the_stock_configs_accept():
 def test_lape_refuses_reentrant_checkpointing_and_trains_without_it():
     """Reentrant checkpointing would silently leave LaPE's position norms untrained: one line says what to pass."""
     model = hf_norms.ViTNormModel(tiny_config("vit", "lape"), add_pooling_layer=False).train()
-    with pytest.raises(ValueError, match="use_reentrant': False"):
+    with pytest.raises(ValueError, match="use_reentrant': False"):  # the old name, and the new one where it exists
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    if hasattr(model, "activation_checkpointing_enable"):
+        with pytest.raises(ValueError, match="use_reentrant': False"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     pixels = torch.randn(2, 3, model.config.image_size, model.config.image_size)
     model(pixel_values=pixels).last_hidden_state.pow(2).mean().backward()
