@@ -1,23 +1,23 @@
 """hf-norms: DyT, Derf, DTN, SepNorm, LaPE and RMSNorm normalization for Hugging Face ViT, DeiT, DINOv2 and BERT.
 
 Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig`
-and every matching `AutoModel*` class, so `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed,
-their default PEFT target modules: as soon as transformers imports its Auto modules (peft is imported), or at once
-where it already has. The names below are the public API; each is imported from its subsystem (`models`, `conversion`,
-`training`, `hub`) when first used, and so is every registered norm's layer class (`hf_norms.RMSNorm`).
+and every matching `AutoModel*` class, through their public `register` calls (`models.auto_registration`), so
+`AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed, their default PEFT target modules. This
+imports torch and transformers' modeling code. If registering fails, the import fails with one line saying why.
+
+The names below are the public API. The models' are imported with the package; those of the conversion and hub
+subsystems (`convert`, `push_to_hub`) when first used, and so is every registered norm's layer class
+(`hf_norms.RMSNorm`).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import Any
+from importlib import import_module as _import_module
+from importlib import metadata as _metadata
 
-from .import_hooks import install_moved_module_finder, when_imported
-
-# Refuses (ImportError, one line) a transformers release older than the supported range, here rather than at the first
-# model built; warns once on a newer one.
-from .models import version_guard  # noqa: F401
+# Refuses (ImportError, one line) a transformers release older than the supported range, before transformers is
+# imported; warns once on a newer one.
+from .models import version_guard as _version_guard  # noqa: F401  # isort: split
 from .version import VERSION
 
 __version__ = VERSION
@@ -47,73 +47,46 @@ PUBLIC_MODULES = {
     "models.peft_registration": ["register_peft_defaults"],
     "conversion.convert": ["convert", "convert_model"],
     "hub.publish": ["push_to_hub"],
+    "packaged": ["packaged"],
 }  # fmt: skip
 PUBLIC_NAMES = {name: module for module, names in PUBLIC_MODULES.items() for name in names}
 __all__ = sorted(PUBLIC_NAMES)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str):
+    """A public name, imported from its module on first use; else a registered norm's layer class by its name."""
     module = PUBLIC_NAMES.get(name)
     if module is None:
-        return registered_layer_class(name)
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+        value = _layer_class_named(name)
+    elif name == module:  # a subpackage or module of its own name (`hf_norms.packaged`)
+        value = _import_module(f".{module}", __name__)
+    else:
+        value = getattr(_import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
-def registered_layer_class(name: str) -> type:
-    """The layer class called `name` of a norm in the registry (`hf_norms.RMSNorm`, ...)."""
-    if name[:1].isupper():
-        from .models.norm_registry import NORM_TYPES
-
-        for spec in NORM_TYPES.values():
-            if spec.layer().__name__ == name:
-                globals()[name] = spec.layer()
-                return spec.layer()
-    raise AttributeError(f"module 'hf_norms' has no attribute {name!r}")
-
-
 def __dir__() -> list[str]:
-    return sorted({*globals(), *PUBLIC_NAMES})
+    return sorted({*PUBLIC_NAMES, "VERSION", "__version__"})
 
 
-# transformers' Auto modules, each with the function of `models.auto_registration` that registers hf-norms' classes in it
-AUTO_REGISTRATIONS = {
-    "transformers.models.auto.configuration_auto": "register_configs",
-    "transformers.models.auto.modeling_auto": "register_model_classes",
-    "transformers.models.auto.image_processing_auto": "register_image_processors",
-}
+def _push_model(model, repo_id: str, **options):
+    """`model.push_to_hub(repo_id, **options)` of an hf-norms model: published as `hf-norms push` does, with the
+    hf-norms card (`hf_norms.hub.model_push.push_model`, imported when first used)."""
+    return _import_module(".hub.model_push", __name__).push_model(model, repo_id, **options)
 
 
-def registration(function: str) -> Callable[[], None]:
-    """Calls `models.auto_registration.<function>()`."""
-    return lambda: getattr(importlib.import_module(".models.auto_registration", __name__), function)()
+try:
+    from .models.auto_registration import register_auto_classes as _register_auto_classes
+    from .models.modeling_norm_utils import NormPreTrainedMixin as _NormPreTrainedMixin
+    from .models.norm_registry import layer_class_named as _layer_class_named
+    from .models.peft_registration import register_peft_defaults as _register_peft_defaults
 
-
-def install_hub_publisher() -> None:
-    """Have every hf-norms model's `push_to_hub` publish as `hf-norms push` does, with the hf-norms card
-    (`NormPreTrainedMixin.hub_publisher`), once the module that defines them has run."""
-    module = importlib.import_module(".models.modeling_norm_utils", __name__)
-    module.NormPreTrainedMixin.hub_publisher = _push_model
-
-
-def _push_model(model: Any, repo_id: str, **options: Any) -> Any:
-    """`model.push_to_hub(repo_id, **options)` of an hf-norms model (`hf_norms.hub.model_push.push_model`)."""
-    from .hub.model_push import push_model
-
-    return push_model(model, repo_id, **options)
-
-
-def register_with_peft() -> None:
-    """Register the hf-norms model types' default PEFT target modules."""
-    __getattr__("register_peft_defaults")()
-
-
-install_moved_module_finder()
-# The Auto classes and PEFT's defaults are registered as soon as transformers imports each Auto module and peft is
-# imported (now, where they are): `import hf_norms` imports none of them, so the command line answers at once, and
-# `import torch, transformers` costs what it costs without hf-norms (a user pays for what they use).
-for auto_module, function in AUTO_REGISTRATIONS.items():
-    when_imported(auto_module, registration(function))
-when_imported("peft", register_with_peft)
-when_imported(f"{__name__}.models.modeling_norm_utils", install_hub_publisher)
+    _register_auto_classes()
+    _register_peft_defaults()
+except Exception as error:  # one line that says why, not a later TypeError about `norm_type`
+    raise ImportError(
+        f"hf-norms could not register its models with transformers {_metadata.version('transformers')}: "
+        f"{type(error).__name__}: {error}"
+    ) from error
+_NormPreTrainedMixin.hub_publisher = _push_model

@@ -12,10 +12,6 @@ by transformers' `HfArgumentParser` with hf-norms' conventions (`ArgumentsParser
 Field metadata besides argparse's own (`help`, `aliases`, `choices`, `metavar`, `nargs`, `const`): `positional`
 (the argument has no flag), `repeatable` (`--include A --include B` gives a list), `negation` (`--no-bf16` sets the
 field to False) and `cli=False` (the Python API's only).
-
-transformers' `hf_argparser` module needs only the standard library and yaml, while `import transformers` takes about
-a second, so until transformers is imported the module is loaded from its file (`hf_argument_parser`): every
-`--help` and every argument error answers at once.
 """
 
 from __future__ import annotations
@@ -23,30 +19,13 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import importlib.util
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from transformers import HfArgumentParser
+
 HF_NORMS_METADATA = ("positional", "repeatable", "negation", "cli")
-
-
-def hf_argument_parser() -> type:
-    """transformers' `HfArgumentParser`: the imported one, or its module loaded on its own from transformers' folder."""
-    if "transformers" in sys.modules:
-        return sys.modules["transformers"].HfArgumentParser
-    name = f"{__name__}.transformers_hf_argparser"
-    if name not in sys.modules:
-        folder = Path(importlib.util.find_spec("transformers").submodule_search_locations[0])
-        spec = importlib.util.spec_from_file_location(name, folder / "hf_argparser.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name].HfArgumentParser
-
-
-HfArgumentParser = hf_argument_parser()
 
 
 def option(help: str, default: Any = None, **metadata: Any) -> Any:

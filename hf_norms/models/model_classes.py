@@ -1,8 +1,8 @@
-"""Every hf-norms model class, imported: the families with their modeling modules (`FAMILIES`) and the classes by name
-(`MODEL_CLASSES`), for the code that builds, converts and publishes models.
+"""Every hf-norms model class, imported: the family configs (`FAMILY_CONFIGS`), the families with their modeling
+modules (`FAMILIES`) and the classes by name (`MODEL_CLASSES`), for the code that registers, builds, converts and
+publishes models.
 
-Importing it imports transformers' modeling code (seconds); `auto_registration` registers the same classes with the
-Auto classes without importing them. Not part of the remote-code set (no model file imports it).
+Importing it imports transformers' modeling code. Not part of the remote-code set (no model file imports it).
 """
 
 from __future__ import annotations
@@ -11,7 +11,19 @@ import importlib
 import inspect
 from types import ModuleType
 
-from .auto_registration import FAMILY_CONFIGS, modeling_module_name
+from .configuration_bert_norm import BertNormConfig
+from .configuration_deit_norm import DeiTNormConfig
+from .configuration_dinov2_norm import Dinov2NormConfig
+from .configuration_vit_norm import ViTNormConfig
+
+FAMILY_CONFIGS = (ViTNormConfig, DeiTNormConfig, BertNormConfig, Dinov2NormConfig)
+
+
+def modeling_module_name(config_class: type) -> str:
+    """The module of `config_class`'s model classes, by transformers' convention: `hf_norms.models.modeling_vit_norm`
+    for `ViTNormConfig`, `transformers.models.bert.modeling_bert` for `BertConfig`."""
+    return config_class.__module__.replace(".configuration_", ".modeling_", 1)
+
 
 # (config class, modeling module) of each family: ViT, DeiT, BERT, DINOv2
 FAMILIES: tuple[tuple[type, ModuleType], ...] = tuple(

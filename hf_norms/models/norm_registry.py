@@ -437,3 +437,12 @@ def unknown_norm_type(value: object) -> str:
     near = difflib.get_close_matches(str(value).lower(), NORM_NAMES, n=1, cutoff=0.6)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return f"norm_type={value!r} is not supported{hint}; choose one of {sorted(NORM_NAMES)}."
+
+
+def layer_class_named(name: str) -> type:
+    """The layer class called `name` of a norm in the registry (`RMSNorm`, ...); AttributeError for any other name, as
+    a module attribute lookup raises."""
+    for spec in NORM_TYPES.values():
+        if spec.layer().__name__ == name:
+            return spec.layer()
+    raise AttributeError(f"module 'hf_norms' has no attribute {name!r}")

@@ -2,10 +2,11 @@
 `target_modules`, as it does for the stock models.
 
 peft looks a model's default target modules up by `config.model_type` in its `TRANSFORMERS_MODELS_TO_*_MAPPING`
-dictionaries, which know `bert` but not `bert_norm`. Each family (`auto_registration.FAMILY_CONFIGS`, so a family added there
-joins automatically) gets its stock model type's entries (`bert_norm` -> `bert`: LoRA on `query`, `value`). Where peft
-has no LoRA default for the stock type (ViT, DeiT), LoRA targets the attention's query and value projections under
-their transformers 5 names, `q_proj` and `v_proj`, peft's choice for most models. Norms are never targets.
+dictionaries, which know `bert` but not `bert_norm`. Each family (`model_classes.FAMILY_CONFIGS`, so a family added
+there joins automatically) gets its stock model type's entries (`bert_norm` -> `bert`: LoRA on `query`, `value`).
+Where peft has no LoRA default for the stock type (ViT, DeiT), LoRA targets the attention's query and value
+projections under their transformers 5 names, `q_proj` and `v_proj`, peft's choice for most models. Norms are never
+targets.
 
 Not part of the remote-code set: `import hf_norms` calls `register_peft_defaults()`, which does nothing unless peft is
 installed.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .auto_registration import FAMILY_CONFIGS
+from .model_classes import FAMILY_CONFIGS
 
 QUERY_VALUE_PROJECTIONS = ["q_proj", "v_proj"]
 

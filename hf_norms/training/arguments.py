@@ -3,25 +3,22 @@ which model (`ModelArguments`), which data and task (`DataArguments`) and how th
 (`OutputArguments`). The Trainer's own are `TrainingArguments`.
 
 The values that need no model or data to be judged (batch sizes, counts, rates: `CHECKED_VALUES`) are checked by
-`check_values` before anything is read or created, and by the command line (`check_command_line`) before transformers
-is even imported, as are the option names: those of these dataclasses and of `TrainingArguments`, whose fields are
-read from transformers' source without importing it (`trainer_fields`).
-
-This module imports neither torch, transformers nor datasets, so that `hf-norms finetune --help` can render these
-options at once, and a wrong value is refused at once.
+`check_values` before anything is read or created, and by the command line (`check_command_line`) before the
+fine-tuning code (datasets, the Trainer) is imported, as are the option names: those of these dataclasses and of
+`TrainingArguments` (`trainer_fields`).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
+
+from transformers import TrainingArguments
 
 from ..conversion.checkpoint_io import looks_like_a_path
 from ..errors import FinetuneInputError
@@ -246,23 +243,11 @@ def check_model_path(name_or_path: str | None) -> None:
 
 @cache
 def trainer_fields() -> dict[str, tuple[str, Any]]:
-    """`{name: (type as written, default)}` of transformers' `TrainingArguments`, read from its source file: importing
-    it imports torch, which takes seconds. A default that is not a literal is None."""
-    folder = importlib.util.find_spec("transformers").submodule_search_locations[0]
-    tree = ast.parse((Path(folder) / "training_args.py").read_text(encoding="utf-8"))
-    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments")
-    fields = {}
-    for node in body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            value = node.value
-            if isinstance(value, ast.Call):
-                value = next((keyword.value for keyword in value.keywords if keyword.arg == "default"), None)
-            try:
-                default = None if value is None else ast.literal_eval(value)
-            except ValueError:
-                default = None
-            fields[node.target.id] = (ast.unparse(node.annotation), default)
-    return fields
+    """`{name: (type, default)}` of transformers' `TrainingArguments`; a default made by a factory is None."""
+    return {
+        item.name: (str(item.type), None if item.default is dataclasses.MISSING else item.default)
+        for item in dataclasses.fields(TrainingArguments)
+    }
 
 
 def option_names() -> set[str]:

@@ -13,7 +13,6 @@ import ast
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -151,7 +150,7 @@ def test_no_module_imports_in_a_cycle():
 # The subsystems, lowest first: a module imports only its own subsystem's modules and those of lower ones (`hub.server`
 # only its own and the base's).
 LAYERS = [
-    {"errors", "version", "readers", "redaction", "cli_parsing", "import_hooks", "output_folders", "packaged"},
+    {"errors", "version", "readers", "redaction", "cli_parsing", "output_folders", "packaged"},
     {"models"},
     {"conversion"},
     {"hub"},
@@ -176,18 +175,15 @@ def test_dependencies_run_one_way():
                 assert target.startswith("hf_norms.hub.server") or layer(target) == 0, f"{module} imports {target}"
 
 
-def test_old_module_paths_are_the_new_modules():
-    from hf_norms.models import norms
-    from hf_norms.training import finetune
+def test_the_public_names_are_their_subsystems_objects():
+    from hf_norms.conversion import convert
+    from hf_norms.models import norm_rmsnorm, norms
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from hf_norms.finetune import finetune as old_finetune
-        from hf_norms.norms import DynamicTanh
-    assert DynamicTanh is norms.DynamicTanh and old_finetune is finetune.finetune
-    assert norms.__spec__.name == "hf_norms.models.norms"
-    assert any("moved to hf_norms.models.norms" in str(w.message) for w in caught)
-    assert callable(hf_norms.convert) and hf_norms.NORM_TYPES is norms.NORM_TYPES
+    assert hf_norms.convert is convert.convert and hf_norms.NORM_TYPES is norms.NORM_TYPES
+    assert hf_norms.RMSNorm is norm_rmsnorm.RMSNorm  # a registered norm's layer class, by its name
+    with pytest.raises(AttributeError, match="has no attribute 'RMSNorn'"):
+        hf_norms.RMSNorn  # noqa: B018
+    assert "importlib" not in dir(hf_norms) and "ViTNormModel" in dir(hf_norms)
 
 
 # Strings that equal a norm name without naming a norm_type: a module attribute and an option value called

@@ -375,18 +375,18 @@ WRONG_VALUES = {  # option -> (a wrong value, what stderr says)
 }
 
 
-def test_wrong_counts_and_rates_are_one_line_before_transformers_is_imported(minilm_dir, tmp_path):
+def test_wrong_counts_and_rates_are_one_line_before_the_training_code_is_imported(minilm_dir, tmp_path):
     """`hf-norms finetune --per_device_train_batch_size 0` (in either spelling, or in an options file) is refused in one
-    line, exit status 2, before torch, transformers or datasets are imported and before --output_dir exists: it used
+    line, exit status 2, before datasets and the training code are imported and before --output_dir exists: it used
     to fail in the Trainer's data loader 11 s later, with an empty output folder left behind."""
     command = ["--model_name_or_path", str(minilm_dir), "--dataset", "packaged:bbc-news", "--output_dir",
                str(tmp_path / "out"), "--use_cpu"]  # fmt: skip
     code = (
         "import json, sys\n"
-        "sys.argv = ['hf-norms']\n"  # as the console script runs it: `import hf_norms` imports nothing heavy
+        "sys.argv = ['hf-norms']\n"  # as the console script runs it
         "from hf_norms import cli\n"
         "status = cli.main(json.loads(sys.stdin.read()))\n"
-        "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules)))\n"
+        "print(json.dumps(sorted(m for m in ('datasets', 'hf_norms.training.finetune') if m in sys.modules)))\n"
         "sys.exit(status)\n"
     )
     (tmp_path / "options.json").write_text(json.dumps({"per_device_train_batch_size": 0, "output_dir": "o"}))
