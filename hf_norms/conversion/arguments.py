@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..cli_parsing import flag, option, required
 from ..errors import ConversionError, require_type
 from ..models.norm_registry import NORM_NAMES, NORM_TYPES
+from ..models.norm_spec import FLOAT_MAX
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICE_CHOICES = Device.__args__
@@ -49,12 +50,29 @@ def check_choice(arguments: Any, name: str, choices: tuple) -> None:
         raise ConversionError(f"{name} {value!r} is not one of {', '.join(map(str, choices))} ({spelled}).")
 
 
+def option_kinds() -> dict[str, str]:
+    """The type of each norm option as text (`float`, `bool`, `int | None`, ...), and `list` for `layer_norm_types`."""
+    kinds = {option.name: getattr(option.annotation, "__name__", str(option.annotation))
+             for spec in NORM_TYPES.values() for option in spec.options}  # fmt: skip
+    return {**kinds, "layer_norm_types": "list"}
+
+
+def check_float_options(options: dict[str, Any]) -> None:
+    """Refuse a float norm option that no float32 weight holds (NaN, infinite, or finite but beyond float32's range,
+    such as 1e308, which torch refuses only when the model is built), before anything is read."""
+    limit = FLOAT_MAX["float32"]
+    for key, value in options.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if option_kinds().get(key) == "float" and number and not (math.isfinite(value) and abs(value) <= limit):
+            raise ConversionError(
+                f"--option {key}={value!r}: must be a finite float32 number (magnitude at most {limit!r})."
+            )
+
+
 def parse_norm_options(items: list[str]) -> dict[str, Any]:
     """`KEY=VALUE` texts (the command line's `--option`) as norm options, each VALUE parsed by its option's type in the
     registry (bool: true/false, int, float, str, none, a comma-separated list for `layer_norm_types`)."""
-    kinds = {option.name: getattr(option.annotation, "__name__", str(option.annotation))
-             for spec in NORM_TYPES.values() for option in spec.options}  # fmt: skip
-    kinds["layer_norm_types"] = "list"
+    kinds = option_kinds()
     options = {}
     for text in items:
         key, sep, value = text.partition("=")
@@ -75,6 +93,7 @@ def parse_norm_options(items: list[str]) -> dict[str, Any]:
                 options[key] = int(value) if "int" in kind else float(value) if "float" in kind else value
             except ValueError:
                 raise ConversionError(f"--option {key} takes a {kind.split()[0]}, got {value!r}.") from None
+    check_float_options(options)
     return options
 
 
@@ -164,6 +183,8 @@ class ConvertArguments(ConversionOptions):
         check_choice(self, "device", DEVICE_CHOICES)
         if isinstance(self.options, list):
             self.options = parse_norm_options(self.options)
+        elif isinstance(self.options, dict):
+            check_float_options(self.options)
 
 
 @dataclass(kw_only=True)

@@ -29,22 +29,16 @@ from .fidelity import measure_fidelity
 
 def parse_layer_selection(selection: str | int | Sequence[int], num_layers: int) -> list[int]:
     """Encoder layer indices from `"4,5"`, `"4-5"`, `"-2,-1"` (negative counts from the end) or a list of ints;
-    sorted, each in range, at least one."""
+    sorted, each in range, at least one. A range is checked against `num_layers` from its ends, before any of its
+    indices is listed (`0-300000000` is refused at once, not after building 300 million of them)."""
+    out_of_range = ConversionError(
+        f"--keep-layernorm {selection!r}: the model has {num_layers} encoder layers (0 to {num_layers - 1})."
+    )
     if isinstance(selection, str):
-        indices: list[int] = []
-        for part in (p.strip() for p in selection.split(",")):
-            first, dash, last = part.partition("-") if not part.startswith("-") else (part, "", "")
-            try:
-                span = list(range(int(first), int(last) + 1)) if dash else [int(first)]
-            except ValueError:
-                raise ConversionError(
-                    f"--keep-layernorm {selection!r}: expected layer indices such as '4,5', '4-5' or '-1'."
-                ) from None
-            if not span:  # "3-1" names no layer; within "0,3-1" it would vanish silently
-                raise ConversionError(
-                    f"--keep-layernorm {selection!r}: the range {part!r} is empty; write it low-high."
-                )
-            indices += span
+        spans = [layer_span(part.strip(), selection) for part in selection.split(",")]
+        if any(not -num_layers <= end < num_layers for span in spans for end in span):
+            raise out_of_range
+        indices = [index for first, last in spans for index in range(first, last + 1)]
     else:
         items = [selection] if isinstance(selection, Integral) else selection
         if not isinstance(items, Sequence) or any(isinstance(i, bool) or not isinstance(i, Integral) for i in items):
@@ -52,12 +46,24 @@ def parse_layer_selection(selection: str | int | Sequence[int], num_layers: int)
                 f"keep_layernorm={selection!r}: expected layer indices, e.g. [4, 5], -1 or '4-5'."
             )  # 1.7 and True used to become layer 1, 5 a TypeError
         indices = [int(index) for index in items]
-    wrong = [index for index in indices if not -num_layers <= index < num_layers]
-    if not indices or wrong:
-        raise ConversionError(
-            f"--keep-layernorm {selection!r}: the model has {num_layers} encoder layers (0 to {num_layers - 1})."
-        )
+    if not indices or any(not -num_layers <= index < num_layers for index in indices):
+        raise out_of_range
     return sorted({index % num_layers for index in indices})
+
+
+def layer_span(part: str, selection: str) -> tuple[int, int]:
+    """The first and last layer of one part of `--keep-layernorm` (`"4"`, `"4-5"`, `"-1"`), refused when it names
+    none."""
+    first, dash, last = part.partition("-") if not part.startswith("-") else (part, "", "")
+    try:
+        span = (int(first), int(last) if dash else int(first))
+    except ValueError:
+        raise ConversionError(
+            f"--keep-layernorm {selection!r}: expected layer indices such as '4,5', '4-5' or '-1'."
+        ) from None
+    if span[0] > span[1]:  # "3-1" names no layer; within "0,3-1" it would vanish silently
+        raise ConversionError(f"--keep-layernorm {selection!r}: the range {part!r} is empty; write it low-high.")
+    return span
 
 
 def layer_norm_types(norm_type: str, num_layers: int, kept: Sequence[int]) -> list[str] | None:

@@ -18,6 +18,7 @@ from transformers import configuration_utils
 
 from .held_notices import held_back, model_type_notice
 from .norm_registry import NORM_TYPES, STOCK, unknown_norm_type
+from .norm_spec import FLOAT_MAX
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
 # Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)
@@ -114,6 +115,7 @@ class NormOptions(NormOptionFields):
         for kind, spec in NORM_TYPES.items():
             for option in spec.options if kind in in_use else ():  # another norm's options are unused, as in stock
                 problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
+                problem = problem or (self.float_problem(option.name) if option.annotation is float else None)
                 if problem:
                     raise ValueError(problem)
         chunked = [kind for kind in sorted(in_use) if kind in NORM_TYPES and NORM_TYPES[kind].whole_sequence]
@@ -128,6 +130,17 @@ class NormOptions(NormOptionFields):
                 "(is_decoder=True) would see future tokens; use is_decoder=False or another norm_type."
             )
         self.validate_layer_norm_types()
+
+    def float_problem(self, name: str) -> str | None:
+        """Why float option `name` does not fit a weight of this config's dtype (float32 unless it names a 16-bit one:
+        `dyt_alpha_init=1e308` is finite, but infinite in float32, which torch refuses only when the model is built),
+        or None."""
+        dtype = str(getattr(self, "dtype", None) or "float32").removeprefix("torch.")
+        dtype = dtype if dtype in FLOAT_MAX else "float32"
+        value = getattr(self, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > FLOAT_MAX[dtype]:
+            return f"{name}={value!r} does not fit a {dtype} weight (magnitude at most {FLOAT_MAX[dtype]!r})."
+        return None
 
     def validate_layer_norm_types(self) -> None:
         """`layer_norm_types`: None, or one entry per encoder layer, each `norm_type` or `layernorm` (not with norm

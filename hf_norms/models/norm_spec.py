@@ -11,6 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# The largest finite value of each floating dtype a model's weights may have (torch's `finfo(dtype).max`)
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
+
 # A config check: (the option's name, its value, the whole config) -> the sentence saying what is wrong, or None.
 Check = Callable[[str, Any, Any], "str | None"]
 

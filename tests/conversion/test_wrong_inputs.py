@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import time
 from pathlib import Path
 
 import pytest
+from huggingface_hub.errors import StrictDataclassError
 from test_convert import save_images, tree_digest
 from test_safety import assert_refused, run
 
@@ -332,3 +334,57 @@ def test_a_tokenizer_that_does_not_load_stops_fine_tuning_in_one_line(tiny_bert_
                        "16", "--max_steps", "1", "--output_dir", str(tmp_path / "out"), "--use_cpu"], capsys)  # fmt: skip
     assert_refused(status, err, "tokenizer.json is not valid JSON")
     assert tree_digest(source) == before and not (tmp_path / "out").exists()
+
+
+OUT_OF_RANGE_OPTIONS = {
+    "dyt_alpha_init=1e308": "--option dyt_alpha_init=1e+308: must be a finite float32 number (magnitude at most 3.4028234663852886e+38).",
+    "dyt_alpha_init=3.5e38": "--option dyt_alpha_init=3.5e+38: must be a finite float32 number (magnitude at most 3.4028234663852886e+38).",
+    "derf_shift_init=-1e39": "--option derf_shift_init=-1e+39: must be a finite float32 number (magnitude at most 3.4028234663852886e+38).",
+    "derf_alpha_init=nan": "--option derf_alpha_init=nan: must be a finite float32 number (magnitude at most 3.4028234663852886e+38).",
+    "dtn_gate_init=-inf": "--option dtn_gate_init=-inf: must be a finite float32 number (magnitude at most 3.4028234663852886e+38).",
+}
+HUGE_LAYER_RANGES = {
+    "0-300000000": "--keep-layernorm '0-300000000': the model has 2 encoder layers (0 to 1).",
+    "1,5-1000000000000000000": "--keep-layernorm '1,5-1000000000000000000': the model has 2 encoder layers (0 to 1).",
+    "99999999999999999999": "--keep-layernorm '99999999999999999999': the model has 2 encoder layers (0 to 1).",
+    "-300000000": "--keep-layernorm '-300000000': the model has 2 encoder layers (0 to 1).",
+}
+
+
+@pytest.mark.parametrize("case", [*OUT_OF_RANGE_OPTIONS, *HUGE_LAYER_RANGES])
+def test_option_values_and_layer_ranges_beyond_the_model_are_one_line_at_once(case, tiny_bert_dir, tmp_path, capsys):
+    """`--option dyt_alpha_init=1e308` (finite, but infinite as a float32 weight) used to fail in torch's init with a
+    raw RuntimeError, `--keep-layernorm 0-300000000` to build a list of 300 million layers (65 s, 2.5 GB): both are
+    refused from the numbers, in one line, before the source is loaded."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one text\nanother text\n" * 80)
+    before = tree_digest(tiny_bert_dir)
+    argv = ["convert", str(tiny_bert_dir), "--output", str(tmp_path / "out"), "--calibration-data", str(texts)]
+    if case in OUT_OF_RANGE_OPTIONS:
+        argv += ["--norm-type", case.split("_")[0], "--option", case]
+    else:
+        argv += ["--norm-type", "dyt", f"--keep-layernorm={case}"]
+    started = time.perf_counter()
+    status, err = run(argv, capsys)
+    assert_refused(status, err, {**OUT_OF_RANGE_OPTIONS, **HUGE_LAYER_RANGES}[case])
+    assert time.perf_counter() - started < 5
+    assert tree_digest(tiny_bert_dir) == before and not (tmp_path / "out").exists()
+
+
+def test_a_norm_option_beyond_the_models_dtype_is_refused_by_the_config(tiny_bert_dir, tmp_path, capsys):
+    """The config bounds each float option by its own dtype (a float16 model's weights hold at most 65504), in Python
+    and through `finetune --config_overrides`."""
+    from hf_norms.models.configuration_bert_norm import BertNormConfig
+
+    assert BertNormConfig(norm_type="dyt", dyt_alpha_init=6e4, dtype="float16").dyt_alpha_init == 6e4
+    with pytest.raises(StrictDataclassError, match=re.escape("dyt_alpha_init=70000.0 does not fit a float16 weight")):
+        BertNormConfig(norm_type="dyt", dyt_alpha_init=7e4, dtype="float16")
+    with pytest.raises(StrictDataclassError, match=re.escape("derf_shift_init=1e+300 does not fit a float32 weight")):
+        BertNormConfig(norm_type="derf", derf_shift_init=1e300)
+    data = tmp_path / "news.csv"
+    data.write_text("text,label\n" + "".join(f"text number {i},{i % 2}\n" for i in range(8)))
+    status, err = run(["finetune", "--model_name_or_path", str(tiny_bert_dir), "--dataset", str(data),
+                       "--norm_type", "dyt", "--config_overrides", "dyt_alpha_init=1e308",
+                       "--output_dir", str(tmp_path / "ft"), "--use_cpu"], capsys)  # fmt: skip
+    assert_refused(status, err, "dyt_alpha_init=1e+308 does not fit a float32 weight")
+    assert not (tmp_path / "ft").exists()
