@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cli_parsing import ArgumentsParser, OneLineParser, spellings
+from .cli_parsing import ArgumentsParser, OneLineParser, did_you_mean, spellings
 from .conversion.arguments import ConvertArguments, HealArguments
 from .conversion.heal import DESCRIPTION as HEAL_DESCRIPTION
 from .conversion.heal import HELP as HEAL_HELP
@@ -264,7 +264,13 @@ def parse(argv: list[str]) -> tuple[str, Any]:
     exits with status 2 in one line; a value the dataclass refuses raises its error."""
     name = argv[0] if argv else ""
     if name not in COMMANDS:
-        build_parser().parse_args(argv)  # --help, --version, or a usage error naming the commands
+        parser = build_parser()
+        if name and not name.startswith("-"):
+            commands = [*COMMANDS, "finetune"]
+            parser.error(
+                f"unknown command {name!r}{did_you_mean(name, commands)} (the commands: {', '.join(commands)})"
+            )
+        parser.parse_args(argv)  # --help, --version, or a usage error
     return name, COMMANDS[name].parser(name).parse(argv[1:])
 
 

@@ -6,6 +6,8 @@ by transformers' `HfArgumentParser` with hf-norms' conventions (`ArgumentsParser
 - Every multi-word option has both spellings, `--norm-type` and `--norm_type` (`spellings`), and so has each alias
   a field names (`--eval-data`); help lists them once with their value.
 - Options are spelled in full: no abbreviations, as in `hf` (`--norm` would match both spellings of `--norm-type`).
+  An unknown option is refused before anything else is checked, with the nearest known one (`--dryrun`: "did you
+  mean --dry-run?"), as the `hf` CLI does.
 - A usage error is one line naming the fix, with exit status 2, as every input error of hf-norms is; a value no run
   can use is refused by the dataclass itself, when it is made, in one line too.
 
@@ -19,7 +21,8 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -48,6 +51,21 @@ def flag(arguments: Any, name: str) -> str:
     if metadata.get("positional"):
         return name
     return f"{(metadata.get('aliases') or ['--' + name.replace('_', '-')])[0]} ({name})"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`; did you mean NEAREST?` for a mistyped `name`, where one of `known` is close to it; else nothing. Letters
+    swapped count first (`--prot`: `--port`); of an option's two spellings, the one written as `name` is (`--dryrun`:
+    `--dry-run`)."""
+
+    def closeness(option: str) -> tuple[bool, float, bool]:
+        ratio = difflib.SequenceMatcher(None, name, option).ratio()
+        return sorted(option) == sorted(name), ratio, ("_" in option) == ("_" in name)
+
+    best = max(known, key=closeness, default=None)
+    if best is None or not (closeness(best)[0] or closeness(best)[1] >= 0.6):
+        return ""
+    return f"; did you mean {best}?"
 
 
 def spellings(option: str) -> list[str]:
@@ -79,6 +97,26 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        if args is not None:
+            self.refuse_unknown_options(args)
+        return super().parse_known_args(args, namespace)
+
+    def refuse_unknown_options(self, args: Sequence[str]) -> None:
+        """A usage error naming the first option in `args` this parser does not know, and the nearest one it does,
+        before argparse reports anything else (a required option the typo was meant to give). Options end at `--`; a
+        parser of subcommands reads only its own, up to the command."""
+        for argument in args:
+            if argument == "--":
+                return
+            if not argument.startswith("-") or self._negative_number_matcher.match(argument):
+                if self._subparsers is not None:
+                    return
+                continue
+            name = argument.split("=", 1)[0]
+            if name not in self._option_string_actions:
+                self.error(f"unrecognized option {name}{did_you_mean(name, self._option_string_actions)}")
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
@@ -95,7 +133,9 @@ class ArgumentsParser(OneLineParser, HfArgumentParser):
     def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
         metadata = dict(field.metadata)
         positional, repeatable, negation, cli = (metadata.pop(key, None) for key in HF_NORMS_METADATA)
-        aliases = [spelling for alias in metadata.pop("aliases", []) for spelling in spellings(alias)]
+        aliases = list(
+            dict.fromkeys(spelling for alias in metadata.pop("aliases", []) for spelling in spellings(alias))
+        )
         if cli is False:
             return
         if positional:
@@ -110,6 +150,9 @@ class ArgumentsParser(OneLineParser, HfArgumentParser):
         plain = copy.copy(field)
         plain.metadata = MappingProxyType({**metadata, "aliases": aliases})
         HfArgumentParser._parse_dataclass_field(parser, plain)
+        complement = parser._option_string_actions.get(f"--no_{field.name}")  # transformers' `--no_X` of a True bool
+        if complement is not None:
+            complement.help = f"the opposite of --{field.name.replace('_', '-')}"
         if negation:
             parser.add_argument(*spellings(negation), dest=field.name, action="store_const", const=False,
                                 help=f"the opposite of --{field.name.replace('_', '-')}")  # fmt: skip

@@ -66,7 +66,44 @@ def test_every_multi_word_option_has_both_spellings():
 def test_options_are_spelled_in_full(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.parse(["convert", "x", "--norm-type", "dtn", "--output", "o", "--calibration", "d"])
-    assert exited.value.code == 2 and "unrecognized arguments: --calibration d" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "unrecognized option --calibration; did you mean --calibration-data?" in error
+
+
+TYPOS = [
+    (["--versoin"], "hf-norms: error: unrecognized option --versoin; did you mean --version?"),
+    (["convrt", "x"], "hf-norms: error: unknown command 'convrt'; did you mean convert?"),
+    (
+        ["convert", "x", "--norm-typ", "dyt", "--output", "o"],
+        "unrecognized option --norm-typ; did you mean --norm-type?",
+    ),
+    (["convert", "x", "--norm_typ=dyt", "--output", "o"], "unrecognized option --norm_typ; did you mean --norm_type?"),
+    (["push", "a/b", ".", "--dryrun"], "hf-norms push: error: unrecognized option --dryrun; did you mean --dry-run?"),
+    (["hub", "--prot", "8000"], "hf-norms hub: error: unrecognized option --prot; did you mean --port?"),
+    (
+        ["heal", "x", "--work-dri", "w"],
+        "hf-norms heal: error: unrecognized option --work-dri; did you mean --work-dir?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), TYPOS, ids=" ".join)
+def test_a_typo_is_named_with_the_nearest_option_or_command(argv, message, capsys):
+    """Before, `--versoin` said a command was required, `--norm-typ` that `--norm_type` was required, and `--dryrun`
+    and `convrt` suggested nothing."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and message in error and error.count("\n") == 1, error
+
+
+def test_help_lists_each_spelling_once_and_a_negation_says_what_it_negates():
+    for name, parser in subcommand_parsers().items():
+        for action in parser._actions:
+            assert len(action.option_strings) == len(set(action.option_strings)), (name, action.option_strings)
+            if action.option_strings[:1] and action.option_strings[0].startswith(("--no-", "--no_")) and action.help:
+                negated = action.option_strings[0][5:].replace("_", "-")
+                assert action.help == f"the opposite of --{negated}", (name, action.help)
 
 
 def test_a_token_option_wherever_a_hub_is_reached():
@@ -159,12 +196,11 @@ def test_help_imports_no_subcommand_code():
 HUB_SHAPED = "hf_ArgumentErrorsAbCdEfGhIjKlMnOp0123"  # known to no one: redacted by its shape
 ENV_TOKEN, STORED_TOKEN, ARGV_TOKEN = "env-token-4711-abcdefgh", "stored-login-0815-abcdef", "argv-token-2718-abcdef"
 ARGUMENT_ERRORS = [  # T is the token; each makes the parser (or finetune's checks) print it back
-    ["push", "org/x", ".", "--tokn", "T"],
     ["push", "org/x", ".", "extra", "T"],
     ["convert", "src", "--norm-type", "dyt", "--output", "o", "--batch-size", "T"],
     ["convert", "src", "--norm-type", "T", "--output", "o"],
     ["heal", "folder", "--data", "d", "--max-steps", "T"],
-    ["heal", "folder", "--data", "d", "--tokn=T"],
+    ["heal", "folder", "--data", "d", "--max-steps=T"],
     ["hub", "--root", "r", "--port", "T"],
     ["hub", "--root", "r", "T"],
     ["demo", "--workdir", "w", "T"],
@@ -182,20 +218,20 @@ TOKEN_OPTION_ERRORS = [  # the token follows a token option: known from argv, wh
 ]
 
 
-def assert_no_token_printed(argv: list[str], token: str, capsys: pytest.CaptureFixture) -> None:
+def assert_no_token_printed(argv: list[str], token: str, capsys: pytest.CaptureFixture, shown: bool = True) -> None:
     """`hf-norms ARGV` (T standing for `token`) exits 2 with one error line on stderr, which shows `<token>` where the
-    token was; no form of the token is printed."""
+    token was (`shown`: the error names the value, not only an unknown option); no form of the token is printed."""
     from hf_norms.redaction import text_token_forms
 
     try:
-        status = cli.main([part.replace("T", token) if part in ("T", "--tokn=T", "--hub_token=T", "--token=T")
+        status = cli.main([part.replace("T", token) if part in ("T", "--max-steps=T", "--hub_token=T", "--token=T")
                            else part for part in argv])  # fmt: skip
     except SystemExit as exit:
         status = exit.code
     out, err = capsys.readouterr()
     assert status == 2 and err.count("\n") == 1 and "error: " in err, (argv, err)
     assert not [form for form in text_token_forms(token) if form in out + err], (argv, err)
-    assert "<token>" in err, (argv, err)  # the token was printed, redacted
+    assert ("<token>" in err) == shown, (argv, err)  # the token was printed, redacted
 
 
 @pytest.mark.parametrize("source", ["hub-shaped", "HF_TOKEN", "stored login"])
@@ -218,7 +254,8 @@ def test_argument_errors_never_print_the_token(argv, source, capsys, monkeypatch
 def test_a_token_given_as_an_option_is_never_printed(argv, capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert_no_token_printed(argv, ARGV_TOKEN, capsys)
+    # an unknown option (`--hub-token`) is named without the value that follows it
+    assert_no_token_printed(argv, ARGV_TOKEN, capsys, shown=argv[0] == "finetune")
 
 
 ARGUMENT_ERRORS_WITHOUT_IMPORTS = f"""

@@ -22,7 +22,8 @@ import transformers
 from .configuration_bert_norm import BertNormConfig
 from .image_processing_norm import GrayscaleImageProcessor
 from .model_classes import FAMILIES, family_model_classes
-from .norm_options import NORM_OPTION_NAMES
+from .modeling_norm_utils import refuse_wrong_norm_keywords
+from .norm_registry import looks_like_a_norm_keyword
 
 
 def heads_by_auto_class(module, config_class: type) -> dict[str, tuple[type, ...]]:
@@ -44,8 +45,9 @@ def stock_head(norm_class: type) -> type:
 
 
 def routed_from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-    """The stock class's `from_pretrained`, or with a norm option the hf-norms head's `from_layernorm_checkpoint`."""
-    if NORM_OPTION_NAMES.isdisjoint(kwargs):
+    """The stock class's `from_pretrained`, or with a norm keyword (`looks_like_a_norm_keyword`, a misspelt one too) the
+    hf-norms head's `from_layernorm_checkpoint`, which checks the keywords."""
+    if not any(map(looks_like_a_norm_keyword, kwargs)):
         return cls.stock_class.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
     return cls.norm_class.from_layernorm_checkpoint(pretrained_model_name_or_path, *model_args, **kwargs)
 
@@ -53,9 +55,10 @@ def routed_from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kw
 def routed_from_config(cls, config, **kwargs):
     """The stock class's `_from_config`, or with a norm option the hf-norms head's, on the stock config with the
     options set."""
-    options = {name: kwargs.pop(name) for name in NORM_OPTION_NAMES & kwargs.keys()}
+    options = {name: kwargs.pop(name) for name in list(kwargs) if looks_like_a_norm_keyword(name)}
     if not options:
         return cls.stock_class._from_config(config, **kwargs)
+    refuse_wrong_norm_keywords(options, {**config.to_dict(), **options})
     return cls.norm_class._from_config(cls.norm_class.config_class.from_stock_config(config, **options), **kwargs)
 
 

@@ -25,7 +25,7 @@ from .held_notices import held_back, load_report_of
 from .layernorm_loading import layernorm_loading_options, replace_load_notices
 from .norm_options import NORM_OPTION_NAMES
 from .norm_placement import FamilyLayout, place_norms
-from .norm_registry import STOCK
+from .norm_registry import STOCK, looks_like_a_norm_keyword, norm_keyword_problem
 from .norms import build_position_norm, init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
@@ -41,6 +41,16 @@ def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
     register_checkpoint_conversion_mapping(
         model_type, get_checkpoint_conversion_mapping(stock_class_name), overwrite=True
     )
+
+
+def refuse_wrong_norm_keywords(keywords: dict[str, Any], config: dict[str, Any]) -> None:
+    """A ValueError in one line when `keywords` (of `from_pretrained` or `from_config`) hold a norm keyword that the
+    model of `config` (a config dict, the keywords applied) would ignore or refuse late (`norm_keyword_problem`)."""
+    problem = norm_keyword_problem(
+        filter(looks_like_a_norm_keyword, keywords), config.get("norm_type", STOCK), config.get("layer_norm_types")
+    )
+    if problem:
+        raise ValueError(problem)
 
 
 class NormPreTrainedMixin:
@@ -76,13 +86,17 @@ class NormPreTrainedMixin:
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """`PreTrainedModel.from_pretrained`; a LayerNorm checkpoint loaded into another `norm_type` (given as a keyword,
         without a `config`) is loaded by `from_layernorm_checkpoint`, which keeps its function wherever the mathematics
-        allows."""
-        norm_type = kwargs.get("norm_type")
-        if norm_type not in (None, STOCK) and kwargs.get("config") is None and pretrained_model_name_or_path:
+        allows. A norm keyword the model would ignore or refuse late (`norm_keyword_problem`) is one ValueError."""
+        if (
+            any(map(looks_like_a_norm_keyword, kwargs))
+            and kwargs.get("config") is None
+            and pretrained_model_name_or_path
+        ):
             hub_options = {key: kwargs[key] for key in HUB_OPTIONS if key in kwargs}
             stored, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_options)
             if stored.get("norm_type", STOCK) == STOCK:
                 return cls.from_layernorm_checkpoint(pretrained_model_name_or_path, *model_args, **kwargs)
+            refuse_wrong_norm_keywords(kwargs, {**stored, **kwargs})
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     @classmethod
@@ -101,6 +115,7 @@ class NormPreTrainedMixin:
         `config` is the checkpoint's own config as already read, with the caller's other keywords applied (the Auto
         classes pass the stock config they read); the norm options are set on a copy of it in this family's config.
         """
+        refuse_wrong_norm_keywords(kwargs, kwargs)
         norm_type = kwargs.get("norm_type", STOCK)
         kwargs.update(layernorm_loading_options(norm_type, explicit=kwargs))
         if config is not None:

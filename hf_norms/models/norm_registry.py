@@ -10,6 +10,7 @@ copies the model set next to a checkpoint for `trust_remote_code`, copies every 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 
 from .norm_spec import CardText, NormSpec, Option, Paper, finite, one_of, positive_finite, unit_interval
 
@@ -437,6 +438,41 @@ def unknown_norm_type(value: object) -> str:
     near = difflib.get_close_matches(str(value).lower(), NORM_NAMES, n=1, cutoff=0.6)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return f"norm_type={value!r} is not supported{hint}; choose one of {sorted(NORM_NAMES)}."
+
+
+# Which norm each option belongs to (`dtn_gate_init` -> `dtn`)
+OPTION_OWNERS = {option.name: name for name, spec in NORM_TYPES.items() for option in spec.options}
+NORM_KEYWORDS = ("norm_type", "layer_norm_types", *OPTION_OWNERS)
+
+
+def looks_like_a_norm_keyword(name: str) -> bool:
+    """Whether keyword `name` of `from_pretrained` / `from_config` is a norm option or was meant as one: it starts with
+    a norm's name (`dyt_alpha_int`), or is close to `norm_type` (`norm_typ`, `normtype`) or `layer_norm_types`."""
+    return (
+        name in NORM_KEYWORDS
+        or name.startswith(tuple(f"{kind}_" for kind in NORM_NAMES if kind != STOCK))
+        or name.startswith("layer_norm_type")
+        or bool(difflib.get_close_matches(name, ("norm_type",), n=1, cutoff=0.85))
+    )
+
+
+def norm_keyword_problem(keywords: Iterable[str], norm_type: object, layer_norm_types: object = None) -> str | None:
+    """The one line about the norm keywords a caller gave (`from_pretrained(path, **keywords)`) for a model of
+    `norm_type` (and `layer_norm_types`), or None: a keyword that is no option (with the nearest one), or an option of
+    a norm the model does not use, which the model would silently ignore (`dtn_gate_init` without `norm_type="dtn"`)."""
+    in_use = {norm_type, *(layer_norm_types if isinstance(layer_norm_types, list) else ())}
+    for name in keywords:
+        if name not in NORM_KEYWORDS and looks_like_a_norm_keyword(name):
+            near = difflib.get_close_matches(name, NORM_KEYWORDS, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]!r}?" if near else f"the norm options are {sorted(NORM_KEYWORDS)}."
+            return f"{name!r} is not a norm option; {hint}"
+        owner = OPTION_OWNERS.get(name)
+        if owner is not None and owner not in in_use:
+            return (
+                f"{name} is an option of norm_type={owner!r}, but the model's norm_type is {norm_type!r}, which "
+                f"would ignore it: pass norm_type={owner!r} too, or leave {name} out."
+            )
+    return None
 
 
 def layer_class_named(name: str) -> type:

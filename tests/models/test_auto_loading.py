@@ -81,6 +81,37 @@ def test_auto_from_config_takes_norm_options():
     assert type(transformers.AutoModelForMaskedLM.from_config(config)) is transformers.BertForMaskedLM
 
 
+WRONG_NORM_KEYWORDS = [
+    ({"dtn_gate_init": 0.5}, "dtn_gate_init is an option of norm_type='dtn', but the model's norm_type is 'layernorm'"),
+    ({"norm_type": "dyt", "dtn_gate_init": 0.5}, "but the model's norm_type is 'dyt', which would ignore it"),
+    (
+        {"norm_type": "dyt", "dyt_alpha_int": 0.5},
+        "'dyt_alpha_int' is not a norm option; did you mean 'dyt_alpha_init'?",
+    ),
+    ({"norm_typ": "dyt"}, "'norm_typ' is not a norm option; did you mean 'norm_type'?"),
+]
+
+
+@pytest.mark.parametrize(("keywords", "message"), WRONG_NORM_KEYWORDS, ids=lambda value: str(value)[:30])
+def test_a_norm_keyword_the_model_would_ignore_or_refuse_late_is_one_line(keywords, message, tmp_path):
+    """Before, `dtn_gate_init` without `norm_type` gave a LayerNorm model silently, and a misspelt option a TypeError of
+    BertModel.__init__ naming no fix: every loading path now answers with the same one line."""
+    case = HEAD_CASES[[str(c) for c in HEAD_CASES].index("BertNormModel")]
+    saved_stock(case, tmp_path)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    loaders = [
+        lambda: transformers.AutoModel.from_pretrained(tmp_path, **keywords),
+        lambda: hf_norms.BertNormModel.from_pretrained(tmp_path, **keywords),
+        lambda: transformers.AutoModel.from_config(config, **keywords),
+    ]
+    for load in loaders:
+        with pytest.raises(ValueError) as raised:
+            load()
+        assert message in str(raised.value) and "\n" not in str(raised.value)
+    # a stock config field close to a norm option's name is not taken for one
+    assert transformers.AutoModel.from_pretrained(tmp_path, layer_norm_eps=1e-5).config.layer_norm_eps == 1e-5
+
+
 def test_a_checkpoints_own_remote_code_still_wins_over_the_stock_class(tmp_path):
     """transformers loads a stock-type checkpoint's remote code (an `auto_map` without its own config class) when
     trusted; hf-norms' registration for the stock config changes nothing there."""
