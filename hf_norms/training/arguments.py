@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from transformers import TrainingArguments
 
+from ..cli_parsing import did_you_mean
 from ..conversion.checkpoint_io import looks_like_a_path
 from ..errors import FinetuneInputError
 from ..models.norm_registry import NORM_NAMES
@@ -204,7 +205,8 @@ def check_command_line(argv: list[str]) -> None:
     unknown = [argument.split("=")[0] for argument in argv if argument.startswith("--")
                and argument.split("=")[0] not in option_names() | {"--help-all"}]  # fmt: skip
     if unknown:
-        raise FinetuneInputError(f"unrecognized arguments {unknown}; see `hf-norms finetune --help`.")
+        hint = did_you_mean(unknown[0], option_names())
+        raise FinetuneInputError(f"unrecognized option {unknown[0]}{hint}; see `hf-norms finetune --help`.")
     values = {}
     for index, argument in enumerate(argv):
         name, _, text = argument.removeprefix("--").partition("=")
