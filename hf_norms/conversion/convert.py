@@ -317,19 +317,19 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
-    centered = source_model.family in norm_spec(a.norm_type).centered_families  # edits the weights
-    mapped = exact and not (a.fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
-    weights = MappedWeights(checkpoint.path) if mapped else None
-    teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
-    with pages_dropped_after_use(weights) if weights else nullcontext():
-        student = convert_with(teacher, a.norm_type, a, a.options or {}, processor, mapped)
-    report = student.conversion_report
-    report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
-    report["source_revision"] = checkpoint.revision
-    retrieval = RetrievalCheck.load(checkpoint.path, a.retrieval_samples, a.batch_size)
-    measure_retrieval(report, retrieval, student, teacher)
-    set_fine_tuning_config(student, report)
-    with planned.staged("convert") as staging:
+    with planned.staged("convert") as staging:  # made before the slow part: a staging name or parent that fails, now
+        centered = source_model.family in norm_spec(a.norm_type).centered_families  # edits the weights
+        mapped = exact and not (a.fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
+        weights = MappedWeights(checkpoint.path) if mapped else None
+        teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
+        with pages_dropped_after_use(weights) if weights else nullcontext():
+            student = convert_with(teacher, a.norm_type, a, a.options or {}, processor, mapped)
+        report = student.conversion_report
+        report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
+        report["source_revision"] = checkpoint.revision
+        retrieval = RetrievalCheck.load(checkpoint.path, a.retrieval_samples, a.batch_size)
+        measure_retrieval(report, retrieval, student, teacher)
+        set_fine_tuning_config(student, report)
         if weights:
             save_like_source(student, processor, staging, weights)
         else:

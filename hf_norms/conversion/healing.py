@@ -87,7 +87,13 @@ from .fidelity import measure_fidelity
 from .processes import Processes
 from .report import REPORT_JSON, read_report, set_fine_tuning_config, write_report
 from .retrieval import RetrievalCheck, measure_retrieval, sentence_pooling
-from .sources import inspect_source, load_processor, load_teacher, quiet_transformers
+from .sources import (
+    check_sentence_transformers_files,
+    inspect_source,
+    load_processor,
+    load_teacher,
+    quiet_transformers,
+)
 from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
 
@@ -130,6 +136,7 @@ class HealingRun:
     checks: Any
     max_length: int
     retrieval: RetrievalCheck | None
+    pooling: str | None  # a sentence-transformers checkpoint's pooling (`retrieval.sentence_pooling`), read first
 
     @classmethod
     def prepare(cls, a: HealArguments) -> HealingRun:
@@ -140,6 +147,8 @@ class HealingRun:
         if not (folder / REPORT_JSON).is_file():
             raise ConversionError(f"{folder} has no {REPORT_JSON}: heal a folder written by `hf-norms convert`.")
         report = read_report(folder)
+        check_sentence_transformers_files(folder)  # the pooling heal reads: before anything is written
+        pooling = sentence_pooling(folder)
         source = resolve_source(a.teacher or report["source"], revision=None if a.teacher else report["source_revision"],
                                 allow_pickle=a.allow_pickle, token=a.token)  # fmt: skip
         places = HealingPlaces.check(folder, a, source, **local_data(ood_evaluation_data=a.ood_evaluation_data))
@@ -163,7 +172,7 @@ class HealingRun:
         retrieval = RetrievalCheck.load(source.path, (report.get("retrieval_evaluation") or {}).get("samples", 0),
                                         a.batch_size)  # fmt: skip
         return cls(a, device, processes, folder, report, places, modality, processor, evaluation, examples, student,
-                   teacher, checks, max_length, retrieval)  # fmt: skip
+                   teacher, checks, max_length, retrieval, pooling)  # fmt: skip
 
 
 def heal_folder(arguments: HealArguments) -> dict[str, Any]:
@@ -194,7 +203,12 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
     resumed_from = int(checkpoint.name.split("-")[1]) if checkpoint else None
     started, cpu_started = time.perf_counter(), time.process_time()
     bf16 = use_bf16(a.bf16, run.device)
-    steps, teacher_record = train(run, train_examples, bf16, checkpoint)
+    try:
+        steps, teacher_record = train(run, train_examples, bf16, checkpoint, work)
+    except BaseException:
+        if work is not None:  # stopped before its first checkpoint (data that does not read): nothing left behind
+            work.release_if_unused()
+        raise
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     if processes.is_main:
         report, examples = run.report, run.examples
@@ -206,7 +220,7 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
             "threads": torch.get_num_threads(),
             "loss": loss_description(a.loss_weights, a.student_dropout and a.student_dropout_until),
             "student_dropout": a.student_dropout, "student_dropout_until": a.student_dropout_until,
-            "pooling": sentence_pooling(run.folder),
+            "pooling": run.pooling,
             "learning_rate": a.learning_rate, "batch_size": a.batch_size,
             "max_length": run.max_length, "bf16": bf16,
             "training_examples": len(train_examples) if isinstance(train_examples, list) else None,
@@ -362,13 +376,29 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
     )
 
 
-def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tuple[int, dict[str, Any]]:
+class RecordedSaves(transformers.TrainerCallback):
+    """Record each checkpoint the Trainer saves into the work folder as this run's (`ClaimedFolder.record`), once
+    every process has written its part: at the end the run removes those and nothing else."""
+
+    def __init__(self, work: ClaimedFolder | None):
+        self.work = work  # None in the other processes of a launcher: the main one records
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.work is not None and checkpoint.is_dir():
+            self.work.record(checkpoint)
+
+
+def train(
+    run: HealingRun, examples, bf16: bool, resume_from: Path | None, work: ClaimedFolder | None
+) -> tuple[int, dict[str, Any]]:
     """Run the `DistillationTrainer` on `examples` (a list in memory, or a `datasets.IterableDataset`), checkpoints in
     the run's work folder, resuming from the checkpoint `resume_from` when given, the student in training mode (with
     its source's dropout, or none without `student_dropout`), under bfloat16 autocast with `bf16`. The Trainer places
     the student on the run's device (under a launcher, this process's GPU) and shards the data over the processes; the
-    teacher follows the student (`devices.training_teacher`, checked on one evaluation batch). Returns the number of
-    optimizer steps done in total and the teacher's record."""
+    teacher follows the student (`devices.training_teacher`, checked on one evaluation batch). Each checkpoint saved is
+    recorded in the claimed `work` folder (`RecordedSaves`). Returns the number of optimizer steps done in total and
+    the teacher's record."""
     a, processes = run.arguments, run.processes
     collator = (
         transformers.DataCollatorWithPadding(run.processor) if run.modality == "text"
@@ -391,9 +421,10 @@ def train(run: HealingRun, examples, bf16: bool, resume_from: Path | None) -> tu
     budget.agree = processes.largest if processes.count > 1 else None
     trainer = DistillationTrainer(
         model=run.student, args=args, teacher=teacher, budget=budget, loss_weights=a.loss_weights,
-        pooling=sentence_pooling(run.folder),
+        pooling=run.pooling,
         train_dataset=examples, data_collator=collator,
-        callbacks=[TimeLimit(budget), EveryProcessSaved(processes), DropoutUntil(a.student_dropout_until, budget)],
+        callbacks=[TimeLimit(budget), EveryProcessSaved(processes), DropoutUntil(a.student_dropout_until, budget),
+                   RecordedSaves(work)],
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     run.student.eval()

@@ -180,16 +180,38 @@ def load_processor(path: Path, modality: str):
 
 def sentence_transformers_files(folder: Path) -> list[str]:
     """The sentence-transformers files of a checkpoint folder (relative paths; empty for a plain transformers one):
-    its configuration files and the folders of the modules `modules.json` names (pooling, dense layers, ...)."""
+    its configuration files and the folders of the modules `modules.json` names (pooling, dense layers, ...). A module
+    path that leads out of the folder (`..`, an absolute path) is a `ConversionError`; `""` and `.` name the folder
+    itself (the transformer), whose files are not copied."""
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return []
     modules = read_json(modules_file, "re-download the sentence-transformers files")
     if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
         raise ConversionError(f"{modules_file} is not a sentence-transformers module list; re-download it.")
-    folders = [module["path"] for module in modules if isinstance(module.get("path"), str) and module["path"]]
+    folders = [module["path"] for module in modules if isinstance(module.get("path"), str)]
+    for path in folders:
+        if Path(path).is_absolute() or ".." in Path(path).parts or "\\" in path:
+            raise ConversionError(
+                f"{modules_file} names the module path {path!r}, which leads out of {folder}; a module's files lie "
+                "in a folder inside the model's. Correct modules.json, or re-download it."
+            )
     names = [name for name in SENTENCE_TRANSFORMERS_FILES if (folder / name).is_file()]
-    return names + [path for path in folders if Path(path).name == path and (folder / path).is_dir()]
+    return names + [path for path in folders if path not in ("", ".") and Path(path).name == path
+                    and (folder / path).is_dir()]  # fmt: skip
+
+
+def check_sentence_transformers_files(folder: Path) -> list[str]:
+    """`sentence_transformers_files(folder)`, after reading each of their JSON files but `modules.json` (the configs
+    of the model and of each module, `1_Pooling/config.json`, ...) with the bounded reader: each must be a JSON
+    object. Returns the files."""
+    names = sentence_transformers_files(folder)
+    for name in names:
+        files = sorted((folder / name).glob("*.json")) if (folder / name).is_dir() else [folder / name]
+        for path in files:
+            if path.name != "modules.json" and path.suffix == ".json":
+                read_json_object(path, "re-download the sentence-transformers files")
+    return names
 
 
 def copy_sentence_transformers_files(source: Path, target: Path) -> list[str]:

@@ -202,7 +202,7 @@ def _file_column(file: Path, kind: str, modality: str, column: str | None) -> st
     first = next((line for _, line in json_lines(file)), "{}")
     try:
         example = json.loads(first)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested thousands deep
         raise ConversionError(f"{file} is not JSON Lines (first line: {one_line(error)}).") from None
     if not isinstance(example, dict):
         raise ConversionError(f"{file} is not JSON Lines of objects: its first line is a {type(example).__name__}.")
@@ -261,7 +261,7 @@ def _read_pieces(pieces: list[tuple]) -> Iterator[dict[str, Any]]:
 def _json_text(path: str, offset: int, line: str, column: str) -> str:
     try:
         value = json.loads(line)[column]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested thousands deep
         raise ConversionError(
             f"{path}: the line at byte {offset} is not a JSON object with a {column!r} text."
         ) from None

@@ -1,14 +1,15 @@
 """Folders written in place (`finetune --output_dir`, heal's work folder, the demo's folder): claimed for one run,
 which may continue an earlier run of the same command (`resume`) or move the folder that is there aside
-(`overwrite`); removed at the end only as far as this run made them (`ClaimedFolder.remove_what_this_run_made`)."""
+(`overwrite`); removed at the end only as far as this run made them and recorded so
+(`ClaimedFolder.remove_what_this_run_made`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
+import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OutputFolderError
@@ -22,39 +23,70 @@ logger = logging.getLogger(__name__)
 @dataclass
 class ClaimedFolder:
     """A folder a run writes into, checked by `claim_folder` and made this run's by `take`; `existing` are the
-    entries it held when taken (an earlier run's, when resuming), which this run never removes."""
+    entries it held when taken (an earlier run's, when resuming), which this run never removes, `created` whether this
+    run made the folder itself, and `made` what the run recorded as made in it (`record`): {path: (device, inode)}."""
 
     path: Path
     command: str
     move_aside_first: bool = False
     existing: frozenset[str] = frozenset()
+    created: bool = False
+    made: dict[Path, tuple[int, int]] = field(default_factory=dict)
 
     def take(self) -> ClaimedFolder:
         """Move the earlier folder aside when asked, create the folder if needed and mark it as this run's."""
         if self.move_aside_first:
             move_aside(self.path)
+        self.created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         self.existing = frozenset(entry.name for entry in self.path.iterdir() if entry.name != MARKER_NAME)
         Marker.new(self.command).write(self.path)
         return self
 
+    def record(self, made: Path) -> None:
+        """Record `made` (a file or folder this run just wrote into the folder) and everything in it as this run's,
+        each by its identity: a file replaced afterwards is someone else's."""
+        for path in [made, *(made.rglob("*") if made.is_dir() and not made.is_symlink() else [])]:
+            status = path.lstat()
+            self.made[path] = (status.st_dev, status.st_ino)
+
     def remove_what_this_run_made(self) -> None:
-        """Delete the entries this run added to the folder (never following a link), then the folder itself when
-        nothing else is in it; entries that were there when it was taken stay, and the folder (still marked) with
-        them (one line)."""
-        for entry in self.path.iterdir():
-            if entry.name in self.existing or entry.name == MARKER_NAME:
+        """Delete what this run recorded (`record`), each file only while it is the one recorded, each folder only
+        once empty; never anything else, never through a link. Then the marker and, when this run created it and
+        it is no mount point, the folder itself, once nothing else is in it; else the folder stays, still marked
+        (one line)."""
+        for path, identity in sorted(self.made.items(), key=lambda item: len(item[0].parts), reverse=True):
+            try:
+                status = path.lstat()
+                if (status.st_dev, status.st_ino) != identity:
+                    continue
+                if stat.S_ISDIR(status.st_mode):
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:  # gone already (the Trainer's rotation), or a folder someone added to
                 continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        kept = sorted(entry.name for entry in self.path.iterdir() if entry.name != MARKER_NAME)
+        kept = self.others()
         if kept:
             logger.warning("Kept %s: it holds what this run did not make (%s).", self.path, listing(kept))
-            return
+        else:
+            self.remove_marker_and_folder()
+
+    def release_if_unused(self) -> None:
+        """After a run that failed before it recorded anything: leave the folder as the run found it (its marker
+        removed, and the folder when the run created it), unless something else is in it now."""
+        if not self.made and not self.others():
+            self.remove_marker_and_folder()
+
+    def others(self) -> list[str]:
+        """The names in the folder but its marker."""
+        return sorted(entry.name for entry in self.path.iterdir() if entry.name != MARKER_NAME)
+
+    def remove_marker_and_folder(self) -> None:
+        """Remove this run's marker, then the folder when this run created it and it is no mount point."""
         (self.path / MARKER_NAME).unlink(missing_ok=True)
-        self.path.rmdir()
+        if self.created and not os.path.ismount(self.path):
+            self.path.rmdir()
 
 
 def claim_folder(

@@ -15,12 +15,13 @@ from .places import resolved
 def checkpoint_files(source: Path, names: Iterable[str] | None = None) -> list[tuple[Path, str]]:
     """(file to read, path relative to `source`) of every file of `names` (files or folders; default: everything but
     the marker), a link to a regular file inside `link_root(source)` standing for that file; any other link (outside,
-    to a folder, dangling, a loop) is refused, naming it (`readable_inside`)."""
+    to a folder, dangling, a loop) is refused, naming it (`readable_inside`), and so is a name that leads out of
+    `source` (`..`, an absolute path, a folder reached through a link: `inside`)."""
     source = resolved(source, "Source")
     root = link_root(source)
     files = []
     for name in names if names is not None else [entry.name for entry in source.iterdir() if entry.name != MARKER_NAME]:
-        start = source / name
+        start = inside(source, name)
         walked = [start] if not start.is_dir() or start.is_symlink() else [
             Path(d) / f for d, folders, found in os.walk(start)
             for f in found + [x for x in folders if (Path(d) / x).is_symlink()]
@@ -32,13 +33,32 @@ def checkpoint_files(source: Path, names: Iterable[str] | None = None) -> list[t
 
 
 def copy_checkpoint_files(source: Path, target: Path, names: Iterable[str] | None = None) -> list[str]:
-    """Copy `names` of `source` into `target` (`checkpoint_files`: never through a link out of it, every link checked
-    before anything is copied); returns the relative paths copied."""
+    """Copy `names` of `source` into `target` (`checkpoint_files`: never through a link out of it, never from or to a
+    path outside either folder, every path checked before anything is copied); returns the relative paths copied."""
     files = checkpoint_files(source, names)
-    for path, relative in files:
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target / relative, follow_symlinks=False)
+    target = resolved(target)
+    destinations = [inside(target, relative) for _, relative in files]
+    for (path, _), destination in zip(files, destinations, strict=True):
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, destination, follow_symlinks=False)
     return [relative for _, relative in files]
+
+
+def inside(folder: Path, name: str | os.PathLike) -> Path:
+    """`folder / name`, refused unless it lies inside `folder` (resolved): `name` relative, without `..`, and no link
+    on the way leading out (the last component itself may be a link: copies check where links lead)."""
+    relative = Path(name)
+    path = folder / relative
+    try:
+        within = path.parent.resolve().is_relative_to(folder)  # links on the way resolved, missing parts kept as named
+    except (OSError, RuntimeError):  # a link loop
+        within = False
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts or not within:
+        raise OutputFolderError(
+            f"{str(name)!r} is not a path inside {folder}; hf-norms copies only within the folders a run reads and "
+            "writes. Correct the file that names it."
+        )
+    return path
 
 
 def readable_inside(folder: Path, path: Path) -> Path:

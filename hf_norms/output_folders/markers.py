@@ -1,6 +1,7 @@
 """The marker file of every folder hf-norms makes: which run made it, validated as data.
 
-A marker (`.hf-norms-made-this`, JSON) records the run's id, its process id, when it started and its command. It is
+A marker (`.hf-norms-made-this`, JSON) records the run's id, its process id, when the run and its process started and
+its command. It is
 read with fixed bounds (at most `MARKER_BYTES`), never through a link, and every field is checked (`Marker.read`): a
 marker that is not a small JSON object of those fields, each in range, is no marker. It names no file: nothing is ever
 deleted or replaced because a marker says so. It answers two questions only: did hf-norms make this folder
@@ -29,17 +30,19 @@ REPORT_NAME = "conversion_report.json"
 
 @dataclass(frozen=True)
 class Marker:
-    """A run that made a folder: `run_id` (16 hex digits), `pid` (1..PID_MAX), `command` (one of COMMANDS) and
-    `started_ns` (nanoseconds since the epoch, not in the future)."""
+    """A run that made a folder: `run_id` (16 hex digits), `pid` (1..PID_MAX), `command` (one of COMMANDS),
+    `started_ns` (when the run wrote the marker, nanoseconds since the epoch, not in the future) and
+    `process_started_ns` (when its process started, where the system says; None in markers of earlier releases)."""
 
     run_id: str
     pid: int
     command: str
     started_ns: int
+    process_started_ns: int | None = None
 
     @classmethod
     def new(cls, command: str) -> Marker:
-        return cls(uuid.uuid4().hex[:16], os.getpid(), command, time.time_ns())
+        return cls(uuid.uuid4().hex[:16], os.getpid(), command, time.time_ns(), process_start_ns(os.getpid()))
 
     @classmethod
     def read(cls, folder: Path) -> Marker | None:
@@ -62,14 +65,18 @@ class Marker:
         return marker if marker is not None and marker.is_valid() else None
 
     def is_valid(self) -> bool:
-        types = [(self.run_id, str), (self.pid, int), (self.command, str), (self.started_ns, int)]
+        process_kind = int if self.process_started_ns is not None else type(None)
+        types = [(self.run_id, str), (self.pid, int), (self.command, str), (self.started_ns, int),
+                 (self.process_started_ns, process_kind)]  # fmt: skip
         if not all(type(value) is kind for value, kind in types):  # bool is not an int here
             return False
+        latest = time.time_ns() + 86400 * 10**9
         return (
             RUN_ID.fullmatch(self.run_id) is not None
             and 1 <= self.pid <= PID_MAX
             and self.command in COMMANDS
-            and 0 < self.started_ns <= time.time_ns() + 86400 * 10**9
+            and 0 < self.started_ns <= latest
+            and (self.process_started_ns is None or 0 < self.process_started_ns <= latest)
         )
 
     def write(self, folder: Path) -> None:
@@ -85,10 +92,16 @@ class Marker:
 
     def run_is_alive(self) -> bool:
         """Whether the process that wrote this marker still runs: its process id is alive and, where the system says
-        when a process started (Linux), it started before the marker was written (not a later process given the same
-        id)."""
+        when a process started (Linux), it started when the marker says its process started (within a second) and
+        before the marker was written. Any other process given that id (a later one, pid 1, a marker that does not say
+        when its process started) is not the run."""
+        if not process_alive(self.pid):
+            return False
         started = process_start_ns(self.pid)
-        return process_alive(self.pid) and (started is None or started <= self.started_ns + 10**9)
+        if started is None:
+            return True
+        recorded = self.process_started_ns
+        return recorded is not None and abs(started - recorded) <= 10**9 and started <= self.started_ns + 10**9
 
 
 def process_alive(pid: int) -> bool:

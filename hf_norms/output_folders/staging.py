@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import OutputFolderError
 from .markers import Marker, made_by_hf_norms
-from .places import check_output_location
+from .places import check_output_location, shorten
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,25 @@ STAGING_INFIX = ".hf-norms-staging"
 
 
 def staging_folder(target: Path, command: str) -> Path:
-    """A new staging folder beside `target`, marked as this run's."""
-    path = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING_INFIX}.", dir=target.parent))
+    """A new staging folder beside `target`, marked as this run's; a name too long for the system or a parent folder
+    it cannot be made in (read-only, immutable) is an `OutputFolderError` naming the fix."""
+    prefix = f".{target.name}{STAGING_INFIX}."
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputFolderError(
+            f"Output {shorten(str(target))} cannot be written: its folder cannot be made ({error.strerror}); choose "
+            "a folder you can write to."
+        ) from None
+    try:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            longest = os.pathconf(target.parent, "PC_NAME_MAX") - len(prefix) + len(target.name) - 8
+            fix = f"its staging folder's name would be too long; choose an output name of at most {longest} characters"
+        else:
+            fix = f"no staging folder can be made in {target.parent} ({error.strerror}); choose a folder you can write"
+        raise OutputFolderError(f"Output {shorten(str(target))} cannot be written: {fix}.") from None
     path.chmod(0o755)
     Marker.new(command).write(path)
     return path
@@ -119,10 +136,9 @@ class PlannedOutput:
         error it is removed (this run made it). This run stops first when another live run on the same output started
         before it; staging folders interrupted runs left are named, not touched."""
         check_output_location(self.target, self.protected)
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        note_abandoned_staging(self.target)
         staging = staging_folder(self.target, command)
         try:
+            note_abandoned_staging(self.target)
             refuse_concurrent_runs(self.target, staging)
             yield staging
             move_into_place(staging, self)
