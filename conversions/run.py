@@ -1,6 +1,7 @@
 """Make the checkpoints hf-norms publishes: convert (and heal) each recipe, render its card into model_cards/, push.
 
     python conversions/run.py [NAME ...] [--work DIR] [--render-only] [--overwrite] [--push [--endpoint URL]]
+    python conversions/run.py --list
 
 Each `conversions/<name>.json` is one published checkpoint:
 
@@ -71,6 +72,17 @@ def load_recipe(name: str) -> dict[str, Any]:
         known = sorted(p.stem for p in RECIPES.glob("*.json"))
         raise SystemExit(f"No recipe {path}; recipes: {known}")
     return json.loads(path.read_text())
+
+
+def recipe_listing() -> str:
+    """One line per recipe: its name, what it converts to which norm_type, and where it is published."""
+    lines = []
+    for path in sorted(RECIPES.glob("*.json")):
+        recipe = json.loads(path.read_text())
+        healed = " + heal" if "heal" in recipe else ""
+        lines.append(f"  {path.stem:<28} {recipe['source']} -> {recipe['convert']['norm_type']}{healed}"
+                     f" -> {recipe['repo_id']}")  # fmt: skip
+    return "recipes (conversions/NAME.json):\n" + "\n".join(lines)
 
 
 def packaged_data(reference: str, data_dir: Path) -> str:
@@ -193,8 +205,11 @@ def build(name: str, recipe: dict[str, Any], work: Path, overwrite: bool) -> Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, epilog=recipe_listing(), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("names", nargs="*", help="recipes to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the recipes and exit")
     parser.add_argument("--work", type=Path, default=packaged.cache_root() / "conversions", help="build folder")
     parser.add_argument("--render-only", action="store_true", help="re-render cards from checkpoints already built")
     parser.add_argument("--overwrite", action="store_true", help="rebuild checkpoints that exist")
@@ -202,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", help="Hub endpoint for --push (default: HF_ENDPOINT)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.list:
+        print(recipe_listing())
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -78,3 +78,14 @@ def test_a_config_that_is_not_a_json_object_is_one_line_naming_the_file(tmp_path
         runner.set_config_fields(tmp_path, {"hidden_dropout_prob": 0.0})
     with pytest.raises(runner.ConversionError, match="is not valid JSON"):
         runner.set_config_fields(tmp_path / "missing", {"hidden_dropout_prob": 0.0})
+
+
+def test_the_runner_lists_every_recipe(capsys):
+    """`conversions/run.py --list` (and `--help`, below its options) names every recipe with its source, norm_type and
+    repo; before, only running it with a wrong name listed them."""
+    assert load_runner().main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == [path.stem for path in RECIPES]
+    for line, path in zip(lines, RECIPES, strict=True):
+        recipe = json.loads(path.read_text())
+        assert f"{recipe['source']} -> {recipe['convert']['norm_type']}" in line and line.endswith(recipe["repo_id"])
