@@ -1,17 +1,36 @@
 """The options of `hf-norms push` and of a model card, each declared once: the command line parses them,
 `push_to_hub(folder, repo_id, **options)` and `model_card_for_folder(folder, repo_id, **options)` take them, the card
-reads them. Imports neither torch nor transformers."""
+reads them. Imports neither torch nor transformers.
+
+`PushArguments` checks itself when it is made, so a push refuses before anything is read, created or sent: every
+option's type (a token that is not a string is never handed to the redaction, which would keep it), the branch
+(`check_revision`: a name git and the Hub both take) and the card's options (`check_card_options`: the rules the Hub's
+`/api/validate-yaml` applies, `hf_norms.hub.server.card_rules`). A mistake is one line (`CheckpointRefused`, or
+`ArgumentTypeError` for a wrong type), exit status 2 on the command line.
+"""
 
 from __future__ import annotations
 
+import difflib
 import os
-from dataclasses import dataclass
+import re
+import typing
+from dataclasses import dataclass, fields
+from typing import Any
 
-from ..cli_parsing import option, required
-from ..errors import require_type
+from ..cli_parsing import flag, option, required
+from ..errors import ArgumentTypeError, CheckpointRefused, HubError, require_type
+from .server.card_rules import metadata_problems
+from .server.payloads import check_name
 
 TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
 LISTS = ("include", "include_skipped", "exclude", "delete_patterns", "datasets", "tags", "notes")  # language: as given
+PATHS = ("conversion_report",)  # options that also take a path object
+# the card's metadata fields an option sets
+CARD_FIELDS = ("license", "base_model", "language", "datasets", "tags")
+# a branch name git accepts (`git check-ref-format --branch`): no control characters, spaces or `~^:?*[\`, no `..`,
+# `//`, `@{`, no component starting with `.`, not ending in `/`, `.` or `.lock`, not starting with `-`
+BRANCH_NAME = re.compile(r"(?!-|/|.*(?:\.\.|//|@\{|/\.|\.lock$|[/.]$))(?!\.)[^\x00-\x20\x7f~^:?*\[\\]+")
 
 
 @dataclass(kw_only=True)
@@ -34,6 +53,7 @@ class CardArguments:
         for name in LISTS:  # one value where a list goes (`language="en"`) is that list
             if isinstance(getattr(self, name, None), str):
                 setattr(self, name, [getattr(self, name)])
+        check_types(self)
 
 
 @dataclass(kw_only=True)
@@ -74,7 +94,83 @@ class PushArguments(CardArguments):
         require_type("folder", self.folder, (str, os.PathLike), "the checkpoint folder to upload")
         require_type("repo_id", self.repo_id, str, "a Hub repo id such as my-org/vit-dyt")
         super().__post_init__()
+        check_revision(self.revision)
+        check_card_options(self)
 
     def card(self) -> CardArguments:
         """The card's arguments alone."""
         return CardArguments(**{name: getattr(self, name) for name in CardArguments.__dataclass_fields__})
+
+
+# keywords that are not options, with what to give instead
+INSTEAD = {"use_auth_token": "give token=... instead"}
+
+
+def push_arguments(caller: str, **options: Any) -> PushArguments:
+    """The `PushArguments` of `options` (`folder`, `repo_id` and the options); a keyword that is no option is refused
+    in one line naming it and, where one is close, the option meant."""
+    known = [field.name for field in fields(PushArguments)]
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        hints = {name: INSTEAD.get(name) or closest(name, known) for name in unknown}
+        named = ", ".join(f"{name} ({hint})" if hint else name for name, hint in hints.items())
+        raise ArgumentTypeError(
+            f"{caller} does not take {named}; it takes {', '.join(name for name in known if name != 'folder')}."
+        )
+    return PushArguments(**options)
+
+
+def closest(name: str, known: list[str]) -> str | None:
+    """'did you mean X?' for the option spelled most like `name`, if one is close."""
+    matches = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {matches[0]}?" if matches else None
+
+
+def check_types(arguments: CardArguments) -> None:
+    """Raise `ArgumentTypeError`, in one line, for an option whose value is not of its declared type (a list option
+    also takes one string). The token's value is never shown."""
+    declared = typing.get_type_hints(type(arguments))  # not `field.type`, which HfArgumentParser rewrites
+    for field in fields(arguments):
+        name, value, kind = field.name, getattr(arguments, field.name), declared[field.name]
+        if name == "token":
+            if not isinstance(value, (str, type(None))):
+                raise ArgumentTypeError(f"token must be a string (a Hub token) or None, got {type(value).__name__}.")
+        elif kind is bool:
+            require_type(name, value, bool, "True or False")
+        elif kind == str | None:
+            kinds = (str, os.PathLike, type(None)) if name in PATHS else (str, type(None))
+            require_type(name, value, kinds, "a string or None")
+        elif kind == list[str] | None and value is not None and not isinstance(value, str):
+            require_type(name, value, (list, tuple), "a string or a list of strings")
+            for item in value:
+                require_type(name, item, str, "a string or a list of strings")
+
+
+def check_revision(revision: str | None) -> None:
+    """Refuse, in one line, a branch name that git (`BRANCH_NAME`) or the Hub (the loopback Hub's `check_name`:
+    ASCII, at most 96 characters, no `refs/...`) refuses, before anything is created."""
+    if revision is None:
+        return
+    try:
+        hub_takes_it = check_name(revision, "branch name") == revision
+    except HubError:
+        hub_takes_it = False
+    if not (hub_takes_it and BRANCH_NAME.fullmatch(revision)):
+        raise CheckpointRefused(
+            f"{revision!r:.80} is not a branch name: give one the Hub and git take (ASCII letters, digits, '.', '_' and "
+            "'-', starting with a letter or digit, at most 96 characters; no '/' (refs/... is not a branch), no '..', "
+            "not ending in '.' or '.lock'), e.g. dev. Nothing was created."
+        )
+
+
+def check_card_options(card: CardArguments) -> None:
+    """Refuse, in one line naming the option, a card option the Hub refuses in a card's metadata (an unknown license, a
+    base model that is no repo id, ...: `card_rules.metadata_problems`), before anything is created."""
+    for name in CARD_FIELDS:
+        value = getattr(card, name)
+        problems = metadata_problems({name: value}, "model") if value is not None else []
+        if problems:
+            raise CheckpointRefused(
+                f"{flag(card, name)}: {problems[0]} The Hub would refuse the card; give a value it takes. Nothing was "
+                "created."
+            )

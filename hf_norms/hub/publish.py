@@ -2,9 +2,10 @@
 
 `push_to_hub(folder, repo_id)` (and `hf-norms push REPO_ID DIR`):
 
-0. checks every input before anything is read, created or sent: a repo id that huggingface_hub would refuse
-   (`validate_repo_id`), a branch name git would refuse (`check_revision`: control characters, `..`, ...), a token
-   shorter than 8 characters, which no leak check could protect;
+0. checks every input before anything is read, created or sent: each option's type, a branch name git or the Hub
+   would refuse and a card option the Hub would refuse (`PushArguments`, when it is made), a repo id that
+   huggingface_hub would refuse (`validate_repo_id`), a token shorter than 8 characters, which no leak check could
+   protect;
 1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
    or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
    processor that loads;
@@ -16,10 +17,12 @@
 3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
    an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
    `allow_custom_code`, which the card then states;
-4. renders the card (`hf_norms.hub.model_card`), reads every file to upload once (`content_checks`), leaving out those
-   whose content it never publishes (pickles, keys and credentials, archives it cannot check, also once unpacked), and
-   refuses if the token, or an encoding of it, occurs in the card, the commit message, the repo id, the branch name,
-   the path of a file to upload or any byte of one (or of what it unpacks to);
+4. renders the card (`hf_norms.hub.model_card`) and refuses it if the Hub would (`check_card`: the rules of the Hub's
+   `/api/validate-yaml`, `hf_norms.hub.server.card_rules`, on what the options and the folder made of it), reads
+   every file to upload once (`content_checks`), leaving out those whose content it never publishes (pickles, keys
+   and credentials, archives it cannot check, also once unpacked), and refuses if the token, or an encoding of it,
+   occurs in the card, the commit message, the repo id, the branch name, the path of a file to upload or any byte of
+   one (or of what it unpacks to);
 5. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
    symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
    `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
@@ -37,7 +40,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -50,12 +52,12 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
-from ..errors import CheckpointRefused, ConversionError, PushError, require_type
+from ..errors import CheckpointRefused, ConversionError, PushError
 from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..redaction import tokens_redacted
 from ..version import VERSION
-from .arguments import PushArguments
+from .arguments import PushArguments, push_arguments
 from .card_facts import (
     FAMILIES,
     REPORT_NAME,
@@ -68,6 +70,7 @@ from .card_facts import (
 )
 from .model_card import render_model_card
 from .remote_code import custom_code, family_code, processor_code
+from .server.card_rules import card_problems
 from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
@@ -83,9 +86,6 @@ logger = logging.getLogger(__name__)
 # JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
 # uploaded with each such path cut to its last component
 PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
-# a branch name git accepts (`git check-ref-format --branch`): no control characters, spaces or `~^:?*[\`, no `..`,
-# `//`, `@{`, no component starting with `.`, not ending in `/`, `.` or `.lock`, not starting with `-`
-BRANCH_NAME = re.compile(r"(?!-|/|.*(?:\.\.|//|@\{|/\.|\.lock$|[/.]$))(?!\.)[^\x00-\x20\x7f~^:?*\[\\]+")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -227,14 +227,16 @@ def check_repo_id(repo_id: str) -> None:
         ) from None
 
 
-def check_revision(revision: str | None) -> None:
-    """Refuse, in one line, a branch name git refuses (`BRANCH_NAME`), before the repo is created."""
-    require_type("revision", revision, (str, type(None)), "a branch name such as dev, or None")
-    if revision is not None and not BRANCH_NAME.fullmatch(revision):
+def check_card(card_text: str) -> None:
+    """Refuse, in one line, a rendered card whose metadata the Hub refuses (`card_rules.card_problems`, what its
+    `/api/validate-yaml` checks before an upload), before the repo is created: a value the folder's own README.md or
+    its source's card gave, which the options override."""
+    errors = card_problems(card_text, "model")[0]
+    if errors:
         raise CheckpointRefused(
-            f"{revision!r} is not a branch name: give one git accepts (no spaces, control characters or ~^:?*[\\, "
-            "no '..' or '//', no part starting with '.', not ending in '/', '.' or '.lock'), e.g. dev. Nothing was "
-            "created."
+            f"The Hub would refuse the model card: {errors[0]} The folder's README.md or its source's card gave it; "
+            "give the field with its option (--license, --base-model, --language, ...), which takes precedence. "
+            "Nothing was created."
         )
 
 
@@ -251,8 +253,9 @@ def pushed_line(folder: str | os.PathLike[str], repo_id: str, commit: CommitInfo
 def push_to_hub(folder: str | os.PathLike[str], repo_id: str, **options: Any) -> CommitInfo | list[str]:
     """Upload the checkpoint in `folder` to `repo_id` as one commit with its model card; see the module docstring and
     `publish`. `options` are the fields of `PushArguments` (`token`, `revision`, `include`, `exclude`,
-    `allow_custom_code`, `delete_patterns`, `dry_run`, the card's `base_model`, `license`, `notes`, ...)."""
-    return publish(PushArguments(folder=folder, repo_id=repo_id, **options))
+    `allow_custom_code`, `delete_patterns`, `dry_run`, the card's `base_model`, `license`, `notes`, ...); another
+    keyword, or a value of the wrong type, is an `ArgumentTypeError` in one line."""
+    return publish(push_arguments("push_to_hub()", folder=folder, repo_id=repo_id, **options))
 
 
 def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | list[str]:
@@ -274,7 +277,6 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
     token = a.token or get_token()
     with tokens_redacted(token, get_token()):
         check_repo_id(a.repo_id)
-        check_revision(a.revision)
         check_token_length(token)
         folder = Path(a.folder).resolve()
         config, code_files = check_checkpoint(folder, processor)
@@ -291,6 +293,8 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
             )
         render_card = not excluded(CARD_NAME, a.exclude)
         card = render_model_card(gather_card_facts(folder, a.repo_id, a.card(), sorted(custom))) if render_card else ""
+        if render_card:
+            check_card(str(card))
         message = a.commit_message or (
             f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', STOCK)}) with hf-norms {VERSION}"
         )

@@ -61,6 +61,11 @@ def card_problems(content: str, repo_type: str) -> tuple[list[str], list[str]]:
         return [f"{str(error)[:1].upper()}{str(error)[1:]}."], []
     if not metadata:
         return [], ["Empty or missing yaml metadata in repo card"]
+    return metadata_problems(metadata, repo_type), []
+
+
+def metadata_problems(metadata: dict[str, Any], repo_type: str) -> list[str]:
+    """The errors of a card's parsed metadata (a mapping), each one line naming the field."""
     errors = license_problems(metadata.get("license"))
     for name in ("tags", "datasets", "language"):
         if name in metadata and not strings(metadata[name]):
@@ -69,7 +74,7 @@ def card_problems(content: str, repo_type: str) -> tuple[list[str], list[str]]:
         errors.append(f'"library_name" must be a string, got {metadata["library_name"]!r}.')
     if repo_type == "model":
         errors += model_problems(metadata)
-    return errors, []
+    return errors
 
 
 def strings(value: Any) -> bool:
