@@ -1,7 +1,7 @@
 """Accuracy as a local `evaluate` metric module: `evaluate.load("<this file>")`, never fetched from the Hub.
 
 `accuracy = sum_i w_i * [prediction_i == reference_i] / sum_i w_i` (or the weighted count with `normalize=False`),
-the same number as `sklearn.metrics.accuracy_score` for class-index inputs. Shipped inside hf-norms as package data;
+computed by scikit-learn's `accuracy_score`, as in the Hub's own `accuracy` module. Shipped inside hf-norms as package data;
 `hf_norms.training.metrics.load_metric("accuracy")` loads it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datasets
 import evaluate
-import numpy as np
+from sklearn.metrics import accuracy_score
 
 _DESCRIPTION = "The fraction of predictions equal to their reference class (optionally weighted per example)."
 
@@ -22,7 +22,7 @@ Args:
 Returns:
     accuracy (`float`): in [0, 1] with `normalize=True`.
 Example:
-    >>> accuracy = evaluate.load("hf_norms/metrics/accuracy.py")
+    >>> accuracy = evaluate.load(hf_norms.training.metrics.metric_path("accuracy"))
     >>> accuracy.compute(predictions=[0, 1, 2, 2], references=[0, 1, 1, 2])
     {'accuracy': 0.75}
 """
@@ -46,9 +46,5 @@ class Accuracy(evaluate.Metric):
         normalize: bool = True,
         sample_weight: list[float] | None = None,
     ) -> dict[str, float]:
-        matches = np.asarray(predictions) == np.asarray(references)
-        weights = np.ones(len(matches)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        if len(weights) != len(matches):
-            raise ValueError(f"sample_weight has {len(weights)} entries for {len(matches)} predictions.")
-        total = float(np.sum(weights * matches))
-        return {"accuracy": total / float(np.sum(weights)) if normalize else total}
+        score = accuracy_score(references, predictions, normalize=normalize, sample_weight=sample_weight)
+        return {"accuracy": float(score)}

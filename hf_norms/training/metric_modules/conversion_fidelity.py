@@ -33,7 +33,7 @@ Args:
 Returns:
     max_abs_diff, mean_abs_diff, mean_cosine, min_cosine (`float`), and with `is_logits` top1_agreement, mean_kl.
 Example:
-    >>> fidelity = evaluate.load("hf_norms/metrics/conversion_fidelity.py")
+    >>> fidelity = evaluate.load(hf_norms.training.metrics.metric_path("conversion_fidelity"))
     >>> fidelity.compute(predictions=[[2.0, 0.0], [0.0, 1.0]], references=[[1.0, 0.0], [0.0, 1.0]])["top1_agreement"]
     1.0
 """

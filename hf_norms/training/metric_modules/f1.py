@@ -1,9 +1,8 @@
 """F1 score as a local `evaluate` metric module: `evaluate.load("<this file>")`, never fetched from the Hub.
 
-For each class c, with (weighted) counts `tp_c`, `fp_c`, `fn_c`: `F1_c = 2 tp_c / (2 tp_c + fp_c + fn_c)`, 0 when the
-denominator is 0 (a class neither predicted nor present). Averages, as `sklearn.metrics.f1_score`:
-`binary` (F1 of `pos_label`), `micro` (F1 of the summed counts), `macro` (mean of `F1_c`), `weighted` (mean of `F1_c`
-weighted by each class's support), or `None` (one score per class). Shipped inside hf-norms as package data;
+The score is scikit-learn's `f1_score` (as in the Hub's own `f1` module), with a class neither predicted nor present
+scoring 0: `F1_c = 2 tp_c / (2 tp_c + fp_c + fn_c)`, averaged as `binary` (F1 of `pos_label`), `micro`, `macro`,
+`weighted` or `None` (one score per class). Shipped inside hf-norms as package data;
 `hf_norms.training.metrics.load_metric("f1")` loads it.
 """
 
@@ -11,7 +10,7 @@ from __future__ import annotations
 
 import datasets
 import evaluate
-import numpy as np
+from sklearn.metrics import f1_score
 
 AVERAGES = ("binary", "micro", "macro", "weighted", None)
 
@@ -30,7 +29,7 @@ Args:
 Returns:
     f1 (`float`, or `list[float]` with `average=None`): in [0, 1].
 Example:
-    >>> f1 = evaluate.load("hf_norms/metrics/f1.py")
+    >>> f1 = evaluate.load(hf_norms.training.metrics.metric_path("f1"))
     >>> f1.compute(predictions=[0, 1, 2, 2], references=[0, 1, 1, 2], average="macro")
     {'f1': 0.7777777777777777}
 """
@@ -58,39 +57,12 @@ class F1(evaluate.Metric):
     ) -> dict[str, float | list[float]]:
         if average not in AVERAGES:
             raise ValueError(f"average={average!r} is not supported; choose one of {AVERAGES}.")
-        predictions, references = np.asarray(predictions), np.asarray(references)
-        weights = np.ones(len(predictions)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        if len(weights) != len(predictions):
-            raise ValueError(f"sample_weight has {len(weights)} entries for {len(predictions)} predictions.")
-        present = np.union1d(predictions, references)
-        if average == "binary":
-            if len(present) > 2:
-                raise ValueError(
-                    f"average='binary' needs at most 2 classes, but {len(present)} occur; pass average='macro', "
-                    "'micro' or 'weighted' for multiclass data."
-                )
-            labels = [pos_label]
-        classes = np.asarray(present if labels is None else labels)
-
-        predicted = predictions[None, :] == classes[:, None]  # [K, N]
-        actual = references[None, :] == classes[:, None]
-        true_positives = (weights * (predicted & actual)).sum(axis=1)
-        false_positives = (weights * (predicted & ~actual)).sum(axis=1)
-        false_negatives = (weights * (~predicted & actual)).sum(axis=1)
-
-        if average == "micro":
-            return {"f1": _safe_f1(true_positives.sum(), false_positives.sum(), false_negatives.sum())}
-        per_class = np.array(
-            [_safe_f1(*counts) for counts in zip(true_positives, false_positives, false_negatives, strict=True)]
-        )
-        if average is None:
-            return {"f1": per_class.tolist()}
-        if average == "weighted":
-            support = (weights * actual).sum(axis=1)
-            return {"f1": float(np.sum(per_class * support) / support.sum()) if support.sum() > 0 else 0.0}
-        return {"f1": float(per_class.mean())}  # macro, or the single class of binary
-
-
-def _safe_f1(true_positives: float, false_positives: float, false_negatives: float) -> float:
-    denominator = 2 * true_positives + false_positives + false_negatives
-    return float(2 * true_positives / denominator) if denominator > 0 else 0.0
+        present = set(predictions) | set(references)
+        if average == "binary" and len(present) > 2:
+            raise ValueError(
+                f"average='binary' needs at most 2 classes, but {len(present)} occur; pass average='macro', "
+                "'micro' or 'weighted' for multiclass data."
+            )
+        score = f1_score(references, predictions, labels=labels, pos_label=pos_label, average=average,
+                         sample_weight=sample_weight, zero_division=0.0)  # fmt: skip
+        return {"f1": score.tolist() if average is None else float(score)}
