@@ -31,6 +31,7 @@ from .conversion.arguments import ConvertArguments, HealArguments
 from .conversion.heal import DESCRIPTION as HEAL_DESCRIPTION
 from .conversion.heal import HELP as HEAL_HELP
 from .demo import DemoArguments
+from .environment import EnvArguments, run_env
 from .errors import InputError, handled_errors
 from .hub.arguments import PushArguments
 from .hub.server.arguments import HubArguments
@@ -149,6 +150,13 @@ COMMANDS = {
         "Serve the part of the Hub API that huggingface_hub and transformers use (repos, commits, branches, tags, "
         "downloads) on 127.0.0.1, from a folder on disk; point clients at it with the printed HF_ENDPOINT.",
         run_hub,
+    ),
+    "env": Command(
+        EnvArguments,
+        "print the versions and the machine a bug report needs",
+        "Print hf-norms', Python's and the libraries' versions, the transformers releases hf-norms is tested on, the "
+        "accelerator torch sees and the Hub endpoint, for a bug report (as `transformers env`; never a token).",
+        run_env,
     ),
 }
 FINETUNE_HELP = (

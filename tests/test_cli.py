@@ -17,7 +17,7 @@ from conftest import HF_NORMS_SCRIPT
 import hf_norms
 from hf_norms import cli
 
-COMMANDS = ("demo", "convert", "heal", "finetune", "push", "hub")
+COMMANDS = ("demo", "convert", "heal", "finetune", "push", "hub", "env")
 HUB_COMMANDS = ("convert", "heal", "push")  # and finetune (`ModelArguments.token`)
 
 
@@ -47,6 +47,19 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])
     assert exited.value.code == 0 and capsys.readouterr().out == f"hf-norms {hf_norms.__version__}\n"
+
+
+def test_env_prints_what_a_bug_report_needs_and_no_credentials(capsys, monkeypatch):
+    from importlib import metadata
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://someone:s3cret-password@127.0.0.1:9/")
+    assert cli.main(["env"]) == 0
+    lines = dict(line[2:].split(": ", 1) for line in capsys.readouterr().out.splitlines() if line.startswith("- "))
+    assert lines["hf-norms"] == hf_norms.__version__ and lines["Python"] == sys.version.split()[0]
+    for package in ("torch", "transformers", "huggingface_hub", "safetensors", "accelerate", "datasets", "peft"):
+        assert lines[package] == metadata.version(package), package
+    assert lines["tested transformers"].startswith("5.20.0 to 5.25.0")
+    assert lines["HF_ENDPOINT"] == "http://127.0.0.1:9/" and lines["accelerator"].startswith(("none", "cuda", "mps"))
 
 
 def test_every_multi_word_option_has_both_spellings():

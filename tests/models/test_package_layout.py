@@ -155,7 +155,7 @@ LAYERS = [
     {"conversion"},
     {"hub"},
     {"training"},
-    {"demo"},
+    {"demo", "environment"},
     {"cli", "__init__"},
 ]
 
