@@ -149,18 +149,21 @@ def check_types(arguments: CardArguments) -> None:
 def check_revision(revision: str | None) -> None:
     """Refuse, in one line, a branch name that git (`BRANCH_NAME`) or the Hub (the loopback Hub's `check_name`:
     ASCII, at most 96 characters, no `refs/...`) refuses, before anything is created."""
-    if revision is None:
-        return
-    try:
-        hub_takes_it = check_name(revision, "branch name") == revision
-    except HubError:
-        hub_takes_it = False
-    if not (hub_takes_it and BRANCH_NAME.fullmatch(revision)):
+    if revision is not None and not (hub_takes(revision) and BRANCH_NAME.fullmatch(revision)):
         raise CheckpointRefused(
             f"{revision!r:.80} is not a branch name: give one the Hub and git take (ASCII letters, digits, '.', '_' and "
             "'-', starting with a letter or digit, at most 96 characters; no '/' (refs/... is not a branch), no '..', "
             "not ending in '.' or '.lock'), e.g. dev. Nothing was created."
         )
+
+
+def hub_takes(name: str) -> bool:
+    """Whether the Hub takes `name` as a namespace, repo or branch name (the loopback Hub's `check_name`)."""
+    try:
+        check_name(name, "name")
+    except HubError:
+        return False
+    return True
 
 
 def check_card_options(card: CardArguments) -> None:

@@ -57,7 +57,7 @@ from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..redaction import tokens_redacted
 from ..version import VERSION
-from .arguments import PushArguments, push_arguments
+from .arguments import PushArguments, hub_takes, push_arguments
 from .card_facts import (
     FAMILIES,
     REPORT_NAME,
@@ -217,14 +217,19 @@ def check_preprocessor(folder: Path, required: bool = True) -> None:
 
 
 def check_repo_id(repo_id: str) -> None:
-    """Refuse, in one line, a repo id that huggingface_hub refuses (`validate_repo_id`), e.g. `../evil`."""
+    """Refuse, in one line, a repo id that huggingface_hub refuses (`validate_repo_id`), e.g. `../evil`, or the Hub
+    does (`hub_takes`: ASCII, each part starting with a letter or digit), before the repo is created."""
     try:
         validate_repo_id(repo_id)
+        taken = all(map(hub_takes, repo_id.split("/")))
     except HFValidationError:
+        taken = False
+    if not taken:
         raise CheckpointRefused(
-            f"{repo_id!r} is not a Hub repo id: give `name` or `namespace/name` (letters, digits, '-', '_', '.'; at most "
-            "96 characters; no '--' or '..'; not ending in '.git'), e.g. my-org/vit-dyt."
-        ) from None
+            f"{repo_id!r:.120} is not a Hub repo id: give `name` or `namespace/name` (ASCII letters, digits, '-', '_', "
+            "'.', each part starting with a letter or digit; at most 96 characters; no '--' or '..'; not ending in "
+            "'.git'), e.g. my-org/vit-dyt."
+        )
 
 
 def check_card(card_text: str) -> None:

@@ -122,6 +122,15 @@ def test_a_branch_the_hub_refuses_is_one_line_and_creates_no_repo(
     assert "is not a branch name" in err and len(err) < 600
 
 
+@pytest.mark.parametrize("repo_id", ["_org/vit", "org/_vit", "org/-vit", "org/vït", "x" * 97])
+def test_a_repo_id_the_hub_refuses_is_one_line_with_status_2(
+    repo_id, saved_checkpoint: Path, on_the_hub: HfApi, capsys: pytest.CaptureFixture
+) -> None:
+    """huggingface_hub's `validate_repo_id` takes `_org/vit`; the Hub does not: refused before the repo is created."""
+    err = refused_on_the_command_line(on_the_hub, capsys, repo_id, str(saved_checkpoint))
+    assert "is not a Hub repo id" in err and len(err) < 600
+
+
 def test_the_longest_branch_name_the_hub_takes_is_pushed(saved_checkpoint: Path, api: HfApi) -> None:
     branch = "b" * 96
     push_to_hub(saved_checkpoint, "org/long-branch", endpoint=api.endpoint, token=TOKEN, revision=branch)
@@ -143,6 +152,9 @@ def test_a_token_of_the_wrong_type_is_one_line_and_changes_nothing(token, saved_
     assert "\n" not in message and message.startswith("token must be a string") and "hf_" not in message
     assert (logging.getLogRecordFactory(), warnings.showwarning) == (factory, showwarning)
     assert hub_repos(api) == before
+    model = hf_norms.ViTNormModel.from_pretrained(saved_checkpoint)
+    with pytest.raises(ArgumentTypeError, match=r"^token must be a string"):
+        model.push_to_hub("org/typed-token", endpoint=api.endpoint, token=token)
     commit = push_to_hub(saved_checkpoint, "org/typed-token", endpoint=api.endpoint, token=TOKEN)
     assert api.list_repo_commits("org/typed-token")[0].commit_id == commit.oid
 
