@@ -10,21 +10,27 @@ fine-tuning code (datasets, the Trainer) is imported, as are the option names: t
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
+import os
+import stat
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
-from transformers import TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments
 
 from ..cli_parsing import did_you_mean
 from ..conversion.checkpoint_io import looks_like_a_path
 from ..errors import FinetuneInputError
 from ..models.norm_registry import NORM_NAMES
 from ..readers import read_json
+from .option_values import read_value
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
 
@@ -160,6 +166,11 @@ CHECKED_VALUES: dict[str, tuple[type, Callable[[Any], bool], str]] = {
         ">= 1, or -1 to train num_train_epochs epochs",
     ),
     "learning_rate": (float, lambda value: _number(value) and value > 0, "a finite number > 0"),
+    "num_train_epochs": (float, lambda value: _number(value) and value > 0, "a finite number > 0"),
+    **{
+        name: (int, lambda value: _integer(value) and 0 <= value < 2**32, f"an integer in [0, {2**32 - 1}]")
+        for name in ("seed", "data_seed")
+    },  # numpy's seeds; a larger one was a raw ValueError once data was loaded
     "eval_fraction": (float, lambda value: _number(value) and 0 <= value < 1, "a fraction in [0, 1)"),
     "mlm_probability": (float, lambda value: _number(value) and 0 < value < 1, "a probability in (0, 1)"),
 }
@@ -178,12 +189,32 @@ def arguments_file(argv: list[str]) -> Path | None:
 
 
 def read_arguments_file(path: Path) -> dict[str, Any]:
-    """The options in a `.json` or `.yaml` file, read by `readers.read_json` (size and nesting bounded)."""
+    """The options in a `.json` or `.yaml` file, read by `readers.read_json` (size and nesting bounded), each value read
+    as the command line reads the option's text (`option_values.read_value`): an unknown option or a value of the
+    wrong type is refused in one line naming it and the file. A file that is not a regular file (a FIFO, which would
+    wait for a writer, a device, a folder) is refused without being opened."""
     fix = "give a file of options, as `hf-norms finetune --help` lists them"
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = True  # missing or unreadable: `read_json` says why
+    if not regular:
+        raise FinetuneInputError(
+            f"{path} is not a regular file; give a .json or .yaml file of options, as `hf-norms finetune --help` "
+            "lists them."
+        )
     options = read_json(path, fix) if path.suffix == ".json" else read_json(path, fix, _yaml, "YAML")
     if not isinstance(options, dict):
         raise FinetuneInputError(f"{path} holds a {type(options).__name__}, not a mapping of options; {fix}.")
-    return options
+    actions, annotations = option_actions()
+    read = {}
+    for name, value in options.items():
+        if name not in annotations:
+            raise FinetuneInputError(
+                f"{name} in {path} is not an option of hf-norms finetune; see `hf-norms finetune --help`."
+            )
+        read[name] = read_value(name, value, actions[name], annotations[name], str(path))
+    return read
 
 
 def _yaml(text: str) -> Any:
@@ -200,13 +231,15 @@ def check_command_line(argv: list[str]) -> None:
     transformers is imported: `--name value` or `--name=value`, in either spelling, the last one counting."""
     path = arguments_file(argv)
     if path is not None:
-        check_values(read_arguments_file(path))
+        options = read_arguments_file(path)
+        check_values(options)
+        check_model_path(options.get("model_name_or_path"))
         return
     unknown = [argument.split("=")[0] for argument in argv if argument.startswith("--")
                and argument.split("=")[0] not in option_names() | {"--help-all"}]  # fmt: skip
     if unknown:
         hint = did_you_mean(unknown[0], option_names())
-        raise FinetuneInputError(f"unrecognized option {unknown[0]}{hint}; see `hf-norms finetune --help`.")
+        raise FinetuneInputError(f"unrecognized option {unknown[0]}{hint} (see `hf-norms finetune --help`)")
     values = {}
     for index, argument in enumerate(argv):
         name, _, text = argument.removeprefix("--").partition("=")
@@ -261,3 +294,40 @@ def option_names() -> set[str]:
     fields |= trainer_fields()
     names = {*fields, *(f"no_{name}" for name, (kind, default) in fields.items() if "bool" in kind and default is True)}
     return {spelling for name in names for spelling in (f"--{name}", f"--{name.replace('_', '-')}")}
+
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, OutputArguments, TrainingArguments)
+
+
+class FinetuneArgumentParser(HfArgumentParser):
+    """transformers' parser of the argument dataclasses, whose usage errors are one line with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
+    """The transformers-style parser of `ModelArguments`, `DataArguments`, `OutputArguments` and `TrainingArguments`."""
+    return FinetuneArgumentParser(ARGUMENT_CLASSES, **parser_options)
+
+
+@cache
+def option_actions() -> tuple[dict[str, argparse.Action], dict[str, str]]:
+    """`({field: the argparse action that reads its value}, {field: its type as text})` for every field of the
+    argument dataclasses: how the command line reads each option (a `--no_x` flag's action is not the one)."""
+    actions: dict[str, argparse.Action] = {}
+    for action in build_argument_parser()._actions:
+        if isinstance(action, argparse._StoreAction):
+            actions.setdefault(action.dest, action)
+    annotations = {name: type_text(hint) for arguments in ARGUMENT_CLASSES
+                   for name, hint in typing.get_type_hints(arguments).items() if name in actions}  # fmt: skip
+    return actions, annotations
+
+
+def type_text(hint: Any) -> str:
+    """A field's declared type as text, each member of a union by its name (`dict | str | NoneType`). Read from the
+    class's annotations: `HfArgumentParser` narrows the dataclass fields' own `type` in place."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return " | ".join(
+        getattr(member, "__name__", str(member)) for member in (typing.get_args(hint) if union else [hint])
+    )

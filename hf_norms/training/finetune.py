@@ -41,7 +41,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import datasets
 import torch
@@ -51,7 +51,6 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     DataCollatorWithPadding,
-    HfArgumentParser,
     PreTrainedConfig,
     TrainingArguments,
     ViTImageProcessorPil,
@@ -77,9 +76,10 @@ from ..redaction import redacted_output, tokens_redacted
 from .arguments import (
     CHECKED_VALUES,
     DataArguments,
+    FinetuneArgumentParser,
     ModelArguments,
-    OutputArguments,
     arguments_file,
+    build_argument_parser,
     check_values,
     read_arguments_file,
 )
@@ -443,22 +443,8 @@ def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> N
 # Command line
 # --------------------------------------------------------------------------------------------------------------------
 
-ARGUMENT_CLASSES = (ModelArguments, DataArguments, OutputArguments, TrainingArguments)
 
-
-class FinetuneArgumentParser(HfArgumentParser):
-    """transformers' parser of the argument dataclasses, whose usage errors are one line with exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
-    """The transformers-style parser of `ModelArguments`, `DataArguments` and `TrainingArguments`."""
-    return FinetuneArgumentParser(ARGUMENT_CLASSES, **parser_options)
-
-
-def parsed_arguments(parser: HfArgumentParser, argv: list[str]) -> list:
+def parsed_arguments(parser: FinetuneArgumentParser, argv: list[str]) -> list:
     """The argument dataclasses of `argv` (options, or one `.json` / `.yaml` file of them); the `ValueError` of a
     dataclass that refuses its values (an unknown key, `TrainingArguments`' own checks) is an input error."""
     try:

@@ -428,7 +428,7 @@ def test_an_options_file_that_does_not_read_is_one_line(tmp_path, capsys):
         "deep.json": ("[" * 100_000 + "]" * 100_000, "deep.json is nested too deeply"),
         "list.json": ("[1, 2]", "list.json holds a list, not a mapping of options"),
         "broken.yaml": ("output_dir: [", "broken.yaml is not valid YAML"),
-        "aliases.yaml": (ALIAS_BOMB, "Give exactly one of model_name_or_path"),
+        "aliases.yaml": (ALIAS_BOMB, "aliases.yaml is not an option of hf-norms finetune"),
     }
     for name, (text, said) in files.items():
         (tmp_path / name).write_text(text)
