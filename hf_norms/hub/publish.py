@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,21 @@ def resolve_endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
 
 
+def check_endpoint(endpoint: str) -> None:
+    """Refuse, in one line, an endpoint that is no http(s) URL of a host (a missing scheme, `ftp://`, a port past
+    65535, a space in the host), before anything is read or sent: a mistake in the input, not a network failure."""
+    try:
+        url = urllib.parse.urlsplit(endpoint)
+        usable = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
+    except ValueError:  # a port that is no number, or out of range
+        usable = False
+    if not usable or any(character.isspace() or not character.isprintable() for character in endpoint):
+        raise CheckpointRefused(
+            f"{endpoint!r:.120} is not a Hub endpoint: give an http:// or https:// URL of a host (--endpoint or "
+            "HF_ENDPOINT), e.g. http://127.0.0.1:8765. Nothing was created."
+        )
+
+
 def pushed_line(folder: str | os.PathLike[str], repo_id: str, commit: CommitInfo) -> str:
     """The one line `hf-norms push` and `hf-norms finetune --push_to_hub` print: what was pushed, where, as what."""
     return f"Pushed {folder} to {repo_id}: commit {commit.oid} ({commit.commit_url})"
@@ -282,6 +298,7 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
     token = a.token or get_token()
     with tokens_redacted(token, get_token()):
         check_repo_id(a.repo_id)
+        check_endpoint(resolve_endpoint(a.endpoint))
         check_token_length(token)
         folder = Path(a.folder).resolve()
         config, code_files = check_checkpoint(folder, processor)

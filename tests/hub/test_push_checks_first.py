@@ -131,6 +131,22 @@ def test_a_repo_id_the_hub_refuses_is_one_line_with_status_2(
     assert "is not a Hub repo id" in err and len(err) < 600
 
 
+@pytest.mark.parametrize(
+    "endpoint", ["127.0.0.1:8765", "ftp://127.0.0.1:9", "http://", "http://127.0.0.1:99999", "http://127.0.0.1:0",
+                 "http://exa mple", "http://127.0.0.1:x"],
+)  # fmt: skip
+def test_an_endpoint_that_is_no_url_is_one_line_with_status_2(
+    endpoint, saved_checkpoint: Path, on_the_hub: HfApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """An input mistake, found before the folder is read: not a network failure to retry (it was exit 1)."""
+    err = refused_on_the_command_line(on_the_hub, capsys, "org/no-url", str(saved_checkpoint), "--endpoint", endpoint)
+    assert "is not a Hub endpoint" in err and "HF_ENDPOINT" in err
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    assert "is not a Hub endpoint" in refused_on_the_command_line(
+        on_the_hub, capsys, "org/no-url", str(saved_checkpoint)
+    )
+
+
 def test_the_longest_branch_name_the_hub_takes_is_pushed(saved_checkpoint: Path, api: HfApi) -> None:
     branch = "b" * 96
     push_to_hub(saved_checkpoint, "org/long-branch", endpoint=api.endpoint, token=TOKEN, revision=branch)
