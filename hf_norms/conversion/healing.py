@@ -32,6 +32,7 @@ the `healed` stage and a `healing` entry.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -137,10 +138,12 @@ class HealingRun:
     max_length: int
     retrieval: RetrievalCheck | None
     pooling: str | None  # a sentence-transformers checkpoint's pooling (`retrieval.sentence_pooling`), read first
+    staging: Path | None  # the output's staging folder, made first (None in a launcher's other processes)
 
     @classmethod
-    def prepare(cls, a: HealArguments) -> HealingRun:
-        """Check every input and place, then load the data, the student and the teacher (see `heal_folder`)."""
+    def prepare(cls, a: HealArguments, stack: contextlib.ExitStack) -> HealingRun:
+        """Check every input and place, make the output's staging folder (in the main process; `stack` moves it into
+        place when it closes), then load the data, the student and the teacher (see `heal_folder`)."""
         device = resolve_device(a.device)
         processes = Processes.join(device)
         folder = resolved(Path(a.folder), "Folder")
@@ -158,6 +161,7 @@ class HealingRun:
         processor = load_processor(folder, modality)
         if processor is None:
             raise ConversionError(f"{folder} has no tokenizer or image processor to encode the healing data with.")
+        staging = stack.enter_context(places.output.staged("heal")) if processes.is_main else None
         column = a.text_column if modality == "text" else a.image_column
         data = DataSource(a.data, a.data_config, a.data_split, column) if is_streamed(a.data) else a.data
         evaluation, examples = healing_examples(report, modality, data, a.evaluation_data, a.samples,
@@ -172,7 +176,7 @@ class HealingRun:
         retrieval = RetrievalCheck.load(source.path, (report.get("retrieval_evaluation") or {}).get("samples", 0),
                                         a.batch_size)  # fmt: skip
         return cls(a, device, processes, folder, report, places, modality, processor, evaluation, examples, student,
-                   teacher, checks, max_length, retrieval, pooling)  # fmt: skip
+                   teacher, checks, max_length, retrieval, pooling, staging)  # fmt: skip
 
 
 def heal_folder(arguments: HealArguments) -> dict[str, Any]:
@@ -195,8 +199,18 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
     left out of training when both come from the same source. The report's checks (`downstream`) are made again on
     the healed model.
     """
-    run = HealingRun.prepare(arguments)
-    a, processes, student = arguments, run.processes, run.student
+    with contextlib.ExitStack() as stack:  # the output is staged from the start and moved into place at its close
+        run = HealingRun.prepare(arguments, stack)
+        work = heal_prepared(run)
+    if work is not None:  # finished: the checkpoints are no longer needed; else they stay for --resume
+        work.remove_what_this_run_made()
+    return run.processes.from_main(run.report if run.processes.is_main else None)
+
+
+def heal_prepared(run: HealingRun) -> ClaimedFolder | None:
+    """Train `run` and, in the main process, measure the healed model and save it into the run's staging folder;
+    returns the work folder when the run finished (its checkpoints are then removed), else None."""
+    a, processes, student = run.arguments, run.processes, run.student
     train_examples = training_dataset(run.examples, run.processor, run.max_length, a.seed)
     checkpoint = last_complete_checkpoint(run.places.work, student) if a.resume and run.places.work.is_dir() else None
     work = processes.on_main(lambda: run.places.claim_work(checkpoint, a.resume))
@@ -227,10 +241,8 @@ def heal_folder(arguments: HealArguments) -> dict[str, Any]:
             "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,
             **run_record(run.device, processes, teacher_record, a.batch_size, steps - (resumed_from or 0), seconds),
         }  # fmt: skip
-        _save_healed(student, run.processor, run.folder, run.places, report)
-        if steps >= a.max_steps:  # finished: the checkpoints are no longer needed; else keep them for --resume
-            work.remove_what_this_run_made()
-    return processes.from_main(run.report if processes.is_main else None)
+        _save_healed(student, run.processor, run.folder, run.staging, report)
+    return work if processes.is_main and steps >= a.max_steps else None
 
 
 def run_record(device, processes: Processes, teacher: dict, batch_size: int, steps: int, seconds: float) -> dict:
@@ -431,12 +443,11 @@ def train(
     return trainer.state.global_step, teacher_record
 
 
-def _save_healed(student: nn.Module, processor, folder: Path, places: HealingPlaces, report: dict) -> None:
-    """Write the healed checkpoint to the output when complete (an earlier one there is moved aside), its config with
-    the values it fine-tunes best with (`convert.set_fine_tuning_config`). The folder's other files are copied along
-    (never through a link out of it)."""
+def _save_healed(student: nn.Module, processor, folder: Path, staging: Path, report: dict) -> None:
+    """Write the healed checkpoint into the output's `staging` folder (moved into place when the run ends, an earlier
+    output moved aside), its config with the values it fine-tunes best with (`convert.set_fine_tuning_config`). The
+    folder's other files are copied along (never through a link out of it)."""
     set_fine_tuning_config(student, report)
-    with places.output.staged("heal") as staging:
-        copy_checkpoint_files(folder, staging)
-        save_checkpoint(student, processor, staging)
-        write_report(staging, report)
+    copy_checkpoint_files(folder, staging)
+    save_checkpoint(student, processor, staging)
+    write_report(staging, report)

@@ -24,11 +24,13 @@ logger = logging.getLogger(__name__)
 class ClaimedFolder:
     """A folder a run writes into, checked by `claim_folder` and made this run's by `take`; `existing` are the
     entries it held when taken (an earlier run's, when resuming), which this run never removes, `created` whether this
-    run made the folder itself, and `made` what the run recorded as made in it (`record`): {path: (device, inode)}."""
+    run made the folder itself (or, when it `continues` an earlier run, whether that run did), and `made` what the run
+    recorded as made in it (`record`): {path: (device, inode)}."""
 
     path: Path
     command: str
     move_aside_first: bool = False
+    continues: bool = False
     existing: frozenset[str] = frozenset()
     created: bool = False
     made: dict[Path, tuple[int, int]] = field(default_factory=dict)
@@ -37,10 +39,11 @@ class ClaimedFolder:
         """Move the earlier folder aside when asked, create the folder if needed and mark it as this run's."""
         if self.move_aside_first:
             move_aside(self.path)
-        self.created = not self.path.exists()
+        earlier = Marker.read(self.path) if self.continues else None
+        self.created = not self.path.exists() or (earlier is not None and earlier.made_folder is True)
         self.path.mkdir(parents=True, exist_ok=True)
         self.existing = frozenset(entry.name for entry in self.path.iterdir() if entry.name != MARKER_NAME)
-        Marker.new(self.command).write(self.path)
+        Marker.new(self.command, made_folder=self.created).write(self.path)
         return self
 
     def record(self, made: Path) -> None:
@@ -124,7 +127,7 @@ def claim_folder(
                 f"{what} {path} holds symbolic links ({listing(links)}), which hf-norms never writes through; remove "
                 f"them, or pass {overwrite_flag} to move the folder aside and start afresh."
             )
-        return ClaimedFolder(path, command)
+        return ClaimedFolder(path, command, continues=True)
     if overwrite:
         return ClaimedFolder(path, command, move_aside_first=True)
     if ours:

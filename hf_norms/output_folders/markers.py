@@ -32,17 +32,21 @@ REPORT_NAME = "conversion_report.json"
 class Marker:
     """A run that made a folder: `run_id` (16 hex digits), `pid` (1..PID_MAX), `command` (one of COMMANDS),
     `started_ns` (when the run wrote the marker, nanoseconds since the epoch, not in the future) and
-    `process_started_ns` (when its process started, where the system says; None in markers of earlier releases)."""
+    `process_started_ns` (when its process started, where the system says; None in markers of earlier releases) and
+    `made_folder` (for a folder written in place: whether the run created the folder itself, so that a run continuing
+    it may remove it; None where not said)."""
 
     run_id: str
     pid: int
     command: str
     started_ns: int
     process_started_ns: int | None = None
+    made_folder: bool | None = None
 
     @classmethod
-    def new(cls, command: str) -> Marker:
-        return cls(uuid.uuid4().hex[:16], os.getpid(), command, time.time_ns(), process_start_ns(os.getpid()))
+    def new(cls, command: str, made_folder: bool | None = None) -> Marker:
+        pid = os.getpid()
+        return cls(uuid.uuid4().hex[:16], pid, command, time.time_ns(), process_start_ns(pid), made_folder)
 
     @classmethod
     def read(cls, folder: Path) -> Marker | None:
@@ -65,10 +69,10 @@ class Marker:
         return marker if marker is not None and marker.is_valid() else None
 
     def is_valid(self) -> bool:
-        process_kind = int if self.process_started_ns is not None else type(None)
-        types = [(self.run_id, str), (self.pid, int), (self.command, str), (self.started_ns, int),
-                 (self.process_started_ns, process_kind)]  # fmt: skip
-        if not all(type(value) is kind for value, kind in types):  # bool is not an int here
+        optional_int, optional_bool = (int, type(None)), (bool, type(None))
+        types = [(self.run_id, (str,)), (self.pid, (int,)), (self.command, (str,)), (self.started_ns, (int,)),
+                 (self.process_started_ns, optional_int), (self.made_folder, optional_bool)]  # fmt: skip
+        if not all(type(value) in kinds for value, kinds in types):  # bool is not an int here
             return False
         latest = time.time_ns() + 86400 * 10**9
         return (

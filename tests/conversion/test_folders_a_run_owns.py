@@ -214,6 +214,10 @@ def test_a_work_dir_the_user_made_and_a_mount_point_are_never_removed(calibrated
     made.mkdir()
     assert run(heal_args(folder, images, "--work-dir", str(made)), capsys)[0] == 0
     assert made.is_dir() and list(made.iterdir()) == []  # what the run made is gone, the user's folder stays
+    stopped = heal_args(folder, images, "--work-dir", str(made), "--max-steps", "3", "--max-minutes", "0")
+    assert run(stopped, capsys)[0] == 0 and (made / "checkpoint-1").is_dir()  # stopped by the time limit
+    assert run([*stopped[:-2], "--resume"], capsys)[0] == 0  # the run it continues did not make the folder either
+    assert made.is_dir() and list(made.iterdir()) == []
     mount = tmp_path / "tmpfs"
     mount.mkdir()
     if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mount)]).returncode:
@@ -254,3 +258,20 @@ def test_heal_checks_its_inputs_before_it_makes_its_work_folder(sentence_model, 
     status, err = run(heal_args(folder, texts, "--max-length", "16"), capsys)
     assert_refused(status, err, f"{pooling} holds a JSON list, not an object")
     assert tree_digest(tmp_path) == before and not leftovers(tmp_path, folder.name)
+
+
+def test_heal_makes_its_output_staging_folder_before_its_slow_part(calibrated, tmp_path, capsys, monkeypatch):
+    folder, images = calibrated
+    loaded, real = [], healing.load_student
+    monkeypatch.setattr(healing, "load_student", lambda *args: loaded.append(args[0]) or real(*args))
+    alive = staging_folder(tmp_path / "healed", "heal")  # this process's: a live run staging that output
+    before = tree_digest(tmp_path)
+    status, err = run(heal_args(folder, images, "--output", str(tmp_path / ("h" * 250))), capsys)
+    assert_refused(status, err, "choose an output name of at most 228 characters")
+    status, err = run(heal_args(folder, images, "--output", str(tmp_path / "healed")), capsys)
+    assert_refused(status, err, f"Another hf-norms run (process {os.getpid()}) is writing {tmp_path / 'healed'}")
+    assert loaded == [] and tree_digest(tmp_path) == before and not leftovers(tmp_path, folder.name)
+    shutil.rmtree(alive)  # the test's own folder
+    planted = plant_staging(tmp_path / "healed", "pid1", pid=1, command="heal")
+    assert run(heal_args(folder, images, "--output", str(tmp_path / "healed")), capsys)[0] == 0
+    assert (tmp_path / "healed" / "model.safetensors").is_file() and (planted / "victim.txt").is_file()

@@ -72,6 +72,9 @@ MALFORMED_MARKERS = {
     "an unknown command": {"command": "rm"},
     "a run id that is a path": {"run_id": "../../../../tmp/x"},
     "an unknown field": {"delete": ["../victim.txt"]},
+    "a process start that is a bool": {"process_started_ns": True},
+    "a process start in the future": {"process_started_ns": 10**30},
+    "a made_folder that is text": {"made_folder": "yes"},
 }
 
 
