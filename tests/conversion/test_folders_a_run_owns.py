@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -64,6 +65,34 @@ def test_a_module_path_that_leads_out_of_the_source_is_refused_before_any_work(
         assert_refused(status, err, f"names the module path {path!r}, which leads out of {source}")
         assert tree_digest(tmp_path) == before and not output.exists() and not leftovers(output.parent, "converted")
     assert teacher_loads == []
+
+
+def test_a_module_path_of_a_hub_repo_that_leads_out_of_its_snapshot_is_refused(tiny_bert_dir, minilm_dir, tmp_path):
+    """From the real loopback Hub: `..` in modules.json would name the cache's `snapshots/` folder."""
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    from hf_norms.hub.server import HubServer
+
+    source = tiny_sentence_transformer(tiny_bert_dir, minilm_dir, tmp_path / "st")
+    modules = json.loads((source / "modules.json").read_text())
+    (source / "modules.json").write_text(json.dumps([*modules, {"idx": 9, "name": "x", "path": "..",
+                                                                "type": "sentence_transformers.models.Pooling"}]))  # fmt: skip
+    token, home, output = "hf_module-path-token-2024", tmp_path / "hf-home", tmp_path / "out" / "st-lape"
+    output.parent.mkdir()
+    (output.parent / "victim.txt").write_text("the user's")
+    with pytest.MonkeyPatch.context() as patch, HubServer(tmp_path / "hub", tokens=[token]) as hub:
+        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # loopback only
+        HfApi(endpoint=hub.url, token=token).create_repo("org/st")
+        HfApi(endpoint=hub.url, token=token).upload_folder(folder_path=source, repo_id="org/st")
+        env = {**os.environ, **hub.client_env(token), "HF_HOME": str(home)}
+        command = ["hf-norms", "convert", "org/st", "--norm-type", "lape", "--output", str(output)]
+        result = subprocess.run([str(Path(sys.executable).parent / command[0]), *command[1:]], env=env,
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "names the module path '..', which leads out of" in result.stderr and "snapshots" in result.stderr
+    assert sorted(p.name for p in output.parent.iterdir()) == ["victim.txt"]
+    assert (output.parent / "victim.txt").read_text() == "the user's"
 
 
 def test_a_copy_never_reads_or_writes_outside_its_folders(tmp_path):
