@@ -14,7 +14,6 @@ import math
 import os
 import re
 import struct
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ..models.norm_registry import STOCK
 from ..output_folders import move_aside
 from ..readers import read_json_object
 from .config_checks import check_source_config
+from .trainer_state import check_optimizer_files, check_trainer_state
 
 logger = logging.getLogger(__name__)
 
@@ -305,12 +305,11 @@ def _header_entry(path: Path, name: str, info) -> tuple[tuple[int, ...], int, in
 
 def check_trainer_checkpoint(checkpoint: Path, model) -> None:
     """Refuse to resume from a Trainer `checkpoint` folder that is not `model`'s: a `trainer_state.json` that is not a
-    readable state, weights that are truncated or corrupt or do not have `model`'s tensor names and shapes (another
-    norm_type's, another size's), a config whose norms differ, or an optimizer state that is not a complete file."""
+    state the Trainer saved (`trainer_state`), weights that are truncated or corrupt or do not have `model`'s tensor
+    names and shapes (another norm_type's, another size's), a config whose norms differ, or an optimizer or scheduler
+    file that is not a torch state of this model's training."""
     fix = "remove that checkpoint folder, or start again without resuming"
-    state = read_json_object(checkpoint / "trainer_state.json", fix)
-    if not isinstance(state.get("global_step"), int) or state["global_step"] < 0:
-        raise ConversionError(f"{checkpoint / 'trainer_state.json'} has no global_step; {fix}.")
+    check_trainer_state(checkpoint / "trainer_state.json", fix)
     config = read_json_object(checkpoint / "config.json", fix)
     for option, default in (("norm_type", STOCK), ("layer_norm_types", None)):
         if config.get(option, default) != getattr(model.config, option, default):
@@ -331,9 +330,7 @@ def check_trainer_checkpoint(checkpoint: Path, model) -> None:
             f"{checkpoint} does not hold this model's weights ({listing_of(wrong, 'unexpected or of another shape')}"
             f"{'; ' if wrong and missing else ''}{listing_of(missing, 'missing')}): it belongs to another run; {fix}."
         )
-    optimizer = checkpoint / "optimizer.pt"
-    if optimizer.exists() and not zipfile.is_zipfile(optimizer):
-        raise ConversionError(f"{optimizer} is truncated or corrupt; {fix}.")
+    check_optimizer_files(checkpoint, model, fix)
 
 
 def trainer_checkpoints(folder: Path) -> dict[int, Path]:

@@ -72,6 +72,7 @@ from ..hub.publish import pushed_line
 from ..models.image_processing_norm import GrayscaleImageProcessor
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
+from ..readers import read_json_object
 from ..redaction import redacted_output, tokens_redacted
 from .arguments import (
     CHECKED_VALUES,
@@ -224,13 +225,26 @@ def checkpoint_to_resume(training_args: TrainingArguments, model) -> str | None:
     try:
         if resume.lower() != "last":
             check_trainer_checkpoint(Path(resume), model)
+            check_steps_left(Path(resume), training_args.max_steps)
             return resume
         last = last_complete_checkpoint(Path(training_args.output_dir), model)
     except ConversionError as error:
         raise FinetuneInputError(f"resume_from_checkpoint: {error}") from None
+    check_steps_left(last, training_args.max_steps)
     if training_args.should_save:
         set_aside_newer_checkpoints(last)
     return str(last)
+
+
+def check_steps_left(checkpoint: Path, max_steps: int) -> None:
+    """Refuse a checkpoint already at `max_steps` or past it (when it is set): the Trainer would train 0 steps and
+    save the model and its card as a finished run."""
+    step = read_json_object(checkpoint / "trainer_state.json", "resume from another checkpoint").get("global_step", 0)
+    if 0 < max_steps <= step:
+        raise FinetuneInputError(
+            f"resume_from_checkpoint: {checkpoint} is at step {step}, and max_steps is {max_steps}: there is nothing "
+            "left to train; give a larger --max_steps."
+        )
 
 
 def load_splits(
