@@ -1,221 +1,336 @@
-"""What a file's bytes say before it is published: whether they hold the Hub token, and whether they are something
-hf-norms never publishes: a pickle, a private key or credential, an archive it cannot check.
+"""What push cannot read in full, it does not publish: a file is published only when a reader of a known format read
+all of it, and neither the token nor a secret pattern occurs in what it read.
 
-`scan_file(path, token_needles)` reads a file once, in chunks, and scans what it unpacks to the same way, as files of
-their own: zip and tar members, zlib (joblib's compression), gzip, bzip2, xz and lzma streams, what base64 runs decode
-to (a key base64'd into a YAML file), nested up to `MAX_DEPTH` levels and `UNPACK_LIMIT` bytes in all. Every byte is
-searched for the token's forms (`hf_norms.redaction.token_forms`); the text, and the text of a UTF-16/32 file, for the formats
-of `CREDENTIALS` (not the tensor data of a safetensors file: numbers); the first `SNIFF_BYTES` are read as a header (a
-pickle of any protocol and size, a NumPy array of objects). What cannot be unpacked (zstandard, LZ4, 7-Zip, RAR, an
-encrypted or corrupt member, more than the limit) cannot be checked, and is not published.
+`scan_file(path, token_needles)` reads a file once and returns its `Findings`:
 
-Not covered: a token or key split by line breaks, encrypted, in other encodings (base32, ROT13, reversed), only partly
-present, or compressed inside a format that is not unpacked (PNG, PDF, ONNX); credentials of other formats.
+- `holds_token`: a form of the token (`hf_norms.redaction.token_forms`) occurs in its bytes or in what they unpack to;
+- `secret`: a format of `CREDENTIALS` (private keys, access tokens, JSON Web Tokens, secret settings, logins), found
+  in its text, the text of a base64 run, the header of a safetensors file, the text chunks of an image, the members
+  of an archive; the reason names where (a line, a JSON key, an archive member);
+- `unread`: why push cannot read all of it, or None when it could. The known formats: UTF-8 text (JSON parsed in full
+  when the file is `.json`; YAML, Markdown, CSV, vocabularies and merges as text), UTF-16/32 text with a byte-order
+  mark, safetensors, PNG, JPEG, NumPy arrays, protocol buffers (sentencepiece's `tokenizer.model`), zip and tar
+  archives and gzip, bzip2, xz, lzma and zlib streams it can unpack to the end within `UNPACK_LIMIT` bytes and
+  `MAX_DEPTH` levels (`hf_norms.hub.file_formats`). Anything else (a pickle, an unknown or opaque format, a decode
+  error, bytes after a format's end) is unread: a decode error is never clean.
+
+Every scan runs in time linear in what it reads: the patterns start at literal bytes or boundaries, take no
+unbounded run twice (possessive quantifiers), and the secret setting is searched with every run of more than
+`LONG_RUN` value bytes cut to its tail (no setting's value is that long).
 """
 
 from __future__ import annotations
 
 import base64
-import bz2
-import contextlib
-import gzip
 import io
-import lzma
+import json
+import os
 import pickletools
 import re
-import tarfile
-import zipfile
-import zlib
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
-SNIFF_BYTES = 1 << 16  # the file header read for formats (pickle, archive, text encoding)
+from .file_formats import (
+    PICKLE_REASON,
+    PNG_SIGNATURE,
+    Parts,
+    Unreadable,
+    decompressor_of,
+    is_tar,
+    jpeg_parts,
+    npy_parts,
+    png_parts,
+    protobuf_parts,
+    safetensors_header,
+    tar_members,
+    zip_members,
+)
+
+SNIFF_BYTES = 1 << 16  # the file header read for its format
 SCAN_CHUNK = 1 << 22
-CHUNK_OVERLAP = 1024  # longer than any token form or credential match, so none is missed at a chunk boundary
-UNPACK_LIMIT = 1 << 26  # bytes unpacked from one file, all members and levels together
+CHUNK_OVERLAP = 1024  # longer than any token form, so none is missed at a chunk boundary
+UNPACK_LIMIT = 1 << 26  # bytes read from one file, all members and levels together
 MAX_DEPTH = 4
+NEWLINE = b"\n"
+LONG_RUN = 240  # bytes kept of a run of value characters before the secret setting is searched
 
 # a setting's value that is not a secret: a Python type or constant
 NOT_A_VALUE = rb"(?!(?:str|bytes|bool|int|none|null|true|false|optional)\b)"
-# (reason, patterns of lower-cased text); each pattern starts with literal bytes (searching a large file is fast), or
-# with a separator
+VALUE_CHARACTERS = rb"[^\"'\s,;()\[\]{}<>`]"
+# (reason, patterns of lower-cased text); each starts with literal bytes (a fast search), and no unbounded run can be
+# taken again from a later start
 CREDENTIALS = tuple(
     (reason, tuple(re.compile(pattern) for pattern in patterns))
     for reason, *patterns in (
-        ("holds a private key", rb"-----begin (?:[a-z0-9]+ )*private key", rb"putty-user-key-file-\d"),
+        ("holds a private key", rb"-----begin (?:[a-z0-9]{1,20} ){0,6}private key", rb"putty-user-key-file-\d"),
         (
             "holds an access token (Hugging Face, GitHub, AWS, OpenAI, Slack, Google, npm, PyPI or GitLab)",
-            *(rb"hf_[a-z0-9]{30,}", rb"gh[pousr]_[a-z0-9]{36}", rb"github_pat_\w{50,}", rb"akia[0-9a-z]{16}"),
-            *(rb"asia[0-9a-z]{16}", rb"sk-(?=[\w-]{0,80}\d)[\w-]{20,}", rb"xox[abprs]-[a-z0-9-]{10,}"),
-            *(rb"aiza[\w-]{35}", rb"npm_[a-z0-9]{36}", rb"pypi-age[\w-]{20,}", rb"glpat-[\w-]{20}"),
+            *(rb"hf_[a-z0-9]{30}", rb"gh[pousr]_[a-z0-9]{36}", rb"github_pat_\w{50}", rb"akia[0-9a-z]{16}"),
+            *(rb"asia[0-9a-z]{16}", rb"sk-(?<![\w-]sk-)(?=[\w-]{0,80}\d)[\w-]{20}", rb"xox[abprs]-[a-z0-9-]{10}"),
+            *(rb"aiza[\w-]{35}", rb"npm_[a-z0-9]{36}", rb"pypi-age[\w-]{20}", rb"glpat-[\w-]{20}"),
         ),
-        ("holds a JSON Web Token (as kubeconfig and cloud logins do)", rb"eyj[\w-]{8,}\.eyj[\w-]{8,}\."),
+        ("holds a JSON Web Token (as kubeconfig and cloud logins do)", rb"eyj(?<![\w-]eyj)[\w-]{8,}+\.eyj[\w-]{8,}+\."),
         (  # a value with a digit or symbol (not a word, nor code: `token=args.token`), not a special token ([PAD])
             "holds a secret setting (a password, secret, token, key or auth value)",
-            rb"(?:passw(?:or)?d|secret|token|(?:secret|api|access|private|auth)_?key|auth|credentials?)[\"']?[ \t]*"
-            rb"[:=][ \t]*[\"']?(?![\[<])" + NOT_A_VALUE + rb"(?=[^\"'\s]{0,200}[\d+/=~!@#$%^&*-])"
-            rb"[^\"'\s,;()\[\]{}<>`]{8,}(?=[\"'\s,;}\]]|$)",
+            rb"(?:passw(?:or)?d|secret|token|(?:secret|api|access|private|auth)_?key|auth|credentials?)[\"']?[ \t]*+"
+            rb"[:=][ \t]*+[\"']?(?![\[<])"
+            + NOT_A_VALUE
+            + rb"(?=[^\"'\s]{0,200}[\d+/=~!@#$%^&*-])"
+            + VALUE_CHARACTERS
+            + rb"{8,200}+(?=[\"'\s,;}\]]|$)",
         ),
-        ("holds a .netrc login", rb"machine\s+\S+\s+(?:login\s+\S+\s+)?password\s+\S"),
-        ("holds a .pgpass line", rb"(?m)^[^:\s#]+:(?:\d+|\*):[^:\s]+:[^:\s]+:[^:\s]+\r?$"),
-        ("holds a URL with a password", rb"://[^\s/:@]+:[^\s/@]+@"),
+        ("holds a .netrc login", rb"machine[ \t\r\n]++\S++\s++(?:login\s++\S++\s++)?password\s"),
+        ("holds a .pgpass line", rb"(?m)^[^:\s#]++:(?:\d++|\*):[^:\s]++:[^:\s]++:[^:\s]++\r?$"),
+        ("holds a URL with a password", rb"://[^\s/:@]++:[^\s/@]++@"),
     )
 )
-BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{40,}={0,2}")
-UNOPENABLE = {b"\x28\xb5\x2f\xfd": "zstandard", b"\x04\x22\x4d\x18": "LZ4", b"7z\xbc\xaf\x27\x1c": "7-Zip",
-              b"Rar!\x1a\x07": "RAR"}  # fmt: skip
-PICKLE_REASON = "a pickle (can run code when loaded; training_args.bin holds hub_token)"
+LONG_VALUE_RUN = re.compile(VALUE_CHARACTERS + rb"{%d,}+" % (LONG_RUN + 1))
+BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{40,}+={0,2}")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")  # characters no text file holds
+BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\0\0", "utf-32"), (b"\0\0\xfe\xff", "utf-32"),
+        (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))  # fmt: skip
 
 
-class Unreadable(Exception):
-    """Something in the file cannot be unpacked to be checked; the message says what."""
+class Found(Exception):
+    """A secret in what was read; the message says which and where."""
 
 
 class Findings:
-    """One file's scan: whether a form of the token occurs (`holds_token`), and why the file is not published
-    (`secret`, or None); `budget` is the bytes left to unpack."""
+    """One file's scan (see the module docstring): `holds_token`, `secret` and `unread`; `budget` is the bytes left
+    to read."""
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
-        self.needles, self.holds_token, self.secret, self.budget = needles, False, None, UNPACK_LIMIT
+        self.needles, self.holds_token, self.budget = needles, False, UNPACK_LIMIT
+        self.secret: str | None = None
+        self.unread: str | None = None
 
-    def scan(self, stream: BinaryIO, depth: int = 0) -> None:
-        """Scan `stream` (unpacked `depth` levels deep), what its base64 runs decode to and what it unpacks to."""
-        header, offset, tail, text_end = b"", 0, b"", None
+    def search_token(self, stream: io.BufferedIOBase) -> None:
+        """Search every byte of `stream` for the token's forms, in chunks."""
+        tail = b""
         while chunk := stream.read(SCAN_CHUNK):
-            if not header:
-                header, text_end = chunk[:SNIFF_BYTES], safetensors_header_end(chunk)
             window = tail + chunk
             self.holds_token = self.holds_token or any(needle in window for needle in self.needles)
-            if self.secret is None and (text_end is None or offset < text_end):
-                self.secret = credential_in(window, text_encoding(header))
-                for run in BASE64_RUN.findall(window):
-                    self.scan_member("a base64 text", base64.b64decode(run[: len(run) // 4 * 4], b"-_"), depth)
-            offset += len(chunk)
             tail = chunk[-CHUNK_OVERLAP:]
-        self.secret = self.secret or header_reason(header, whole=offset <= len(header))
-        for name, data in members(stream, header, self.budget) if self.secret is None else ():
-            self.scan_member(name, data, depth)
 
-    def scan_member(self, name: str, data: bytes, depth: int) -> None:
-        """Scan `data`, unpacked from a stream `depth` levels deep, unless a reason was found; a reason found in it
-        names it."""
+    def read_file(self, stream: io.BufferedIOBase, size: int, name: str) -> None:
+        """Read the file `stream` of `size` bytes with the reader of its format."""
+        header = stream.read(SNIFF_BYTES)
+        if is_safetensors(header, size):  # the header is text; the tensor data, numbers, is searched for the token
+            stream.seek(0)
+            header_bytes = safetensors_header(stream.read(min(size, 8 + int.from_bytes(header[:8], "little"))), size)
+            self.read_text_of("its header", header_bytes, json_value=True)
+        else:
+            self.read_bytes(header + stream.read(), name, 0)
+
+    def read_bytes(self, data: bytes, name: str, depth: int) -> None:
+        """Read `data` (a file, or what one unpacks to `depth` levels deep) with the reader of its format."""
+        text = text_of(data)
+        members = self.unpacked(data, text is not None)
+        for member, content in members or ():
+            self.read_member(member, content, depth)
+        if members is not None:
+            return
+        if text is not None:
+            if is_pickle(data):
+                raise Unreadable(PICKLE_REASON)
+            self.read_text_of("", data, json_value=name.endswith(".json"), text=text)
+            return
+        for where, part in self.parts(data, name):
+            self.holds_token = self.holds_token or any(needle in part for needle in self.needles)
+            self.search_secrets(part, where)
+
+    def unpacked(self, data: bytes, is_text: bool) -> Parts | None:
+        """What an archive or compressed stream `data` unpacks to; None when it is neither (text that starts like a
+        zlib header, `x^2`, and does not decompress is text)."""
+        if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+            return zip_members(data, self.budget)
+        if not is_text and len(data) >= 512 and is_tar(data):
+            return tar_members(data, self.budget)
+        decompress = decompressor_of(data[:16])
+        try:
+            return None if decompress is None else [("", decompress(data, self.budget))]
+        except Unreadable:
+            if is_text:
+                return None
+            raise
+
+    def parts(self, data: bytes, name: str) -> Parts:
+        """The parts of the binary `data` to search for secrets, read by the reader of its format; Unreadable for any
+        other."""
+        if data.startswith(PNG_SIGNATURE):
+            return png_parts(data, self.budget)
+        if data.startswith(b"\xff\xd8\xff"):
+            return jpeg_parts(data)
+        if data.startswith(b"\x93NUMPY"):
+            return npy_parts(data)
+        if name.endswith(".model"):
+            return protobuf_parts(data)
+        if is_pickle(data) or is_pickle(data[:SNIFF_BYTES], cut=True):
+            raise Unreadable(PICKLE_REASON)
+        raise Unreadable(
+            "not a format push can read in full (not UTF-8 text, JSON, safetensors, an image or an archive)"
+        )
+
+    def read_member(self, name: str, data: bytes, depth: int) -> None:
+        """Read `data`, unpacked from a file `depth` levels deep; a secret or an unread part in it names it."""
         self.budget -= len(data)
-        if self.secret is None and (self.budget < 0 or depth >= MAX_DEPTH):
+        if self.budget < 0 or depth >= MAX_DEPTH:
             raise Unreadable(f"more than {UNPACK_LIMIT >> 20} MiB once unpacked, or nested more than {MAX_DEPTH} deep")
-        if self.secret is None:
-            self.scan(io.BytesIO(data), depth + 1)
-            self.secret = f"{self.secret} (in {name})" if self.secret and name else self.secret
+        self.holds_token = self.holds_token or any(needle in data for needle in self.needles)
+        self.search_secrets(name.encode("utf-8", "surrogateescape"), f"the name of {name}")
+        try:
+            self.read_bytes(data, name, depth + 1)
+        except (Found, Unreadable) as error:
+            raise type(error)(f"{error} (in {name})" if name else str(error)) from None
+
+    def read_text_of(self, where: str, data: bytes, json_value: bool, text: str | None = None) -> None:
+        """Search the text `data` (decoded as `text`) for secrets; a JSON document must parse, and a secret in it is
+        named by its key."""
+        text = data.decode("utf-8", "strict") if text is None else text
+        value = None
+        if json_value:
+            try:
+                value = json.loads(text)
+            except (ValueError, RecursionError):
+                raise Unreadable(f"{where or 'a .json file'} that is not valid JSON") from None
+        reason = credential_in(text.lower().encode("utf-8", "surrogateescape"))
+        if reason is not None:
+            raise Found(f"{reason} ({', '.join(filter(None, (where, located(text, value, reason))))})")
+        for run in BASE64_RUN.findall(data):
+            self.read_base64(base64.b64decode(run[: len(run) // 4 * 4], b"-_"))
+
+    def read_base64(self, decoded: bytes) -> None:
+        """Search what a base64 run decodes to: unpacked when it is an archive or compressed stream that unpacks,
+        else as text (most runs are no base64: words, digests, paths)."""
+        try:
+            members = self.unpacked(decoded, is_text=False) or []
+        except Unreadable:
+            members = []
+        for name, data in members:
+            self.read_member(name or "a base64 text", data, MAX_DEPTH - 2)
+        reason = None if members else credential_in(decoded.lower())
+        if reason is not None:
+            raise Found(f"{reason} (in a base64 text)")
+
+    def search_secrets(self, data: bytes, where: str) -> None:
+        """Search bytes that are not text of a known encoding (an image chunk, a header, a member's name)."""
+        reason = credential_in(data.lower())
+        if reason is not None:
+            raise Found(f"{reason} ({where})")
 
 
 def scan_file(path: Path, token_needles: tuple[bytes, ...]) -> Findings:
-    """Read `path` once, and what it unpacks (see the module docstring)."""
+    """Read `path` once, and what it unpacks (see the module docstring). A file larger than `UNPACK_LIMIT` that is
+    not safetensors is unread at once, and its bytes are not searched for the token (`holds_token` does)."""
     findings = Findings(token_needles)
     with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size > UNPACK_LIMIT and not is_safetensors(stream.read(SNIFF_BYTES), size):
+            findings.unread = f"a file of {size:,} bytes, not safetensors: push reads at most {UNPACK_LIMIT >> 20} MiB"
+            return findings
+        stream.seek(0)
+        findings.search_token(stream)
+        stream.seek(0)
         try:
-            findings.scan(stream)
+            findings.read_file(stream, size, path.name)
+        except Found as error:
+            findings.secret = str(error)
         except Unreadable as error:
-            findings.secret = f"{error}: its contents cannot be checked"
+            findings.unread = str(error)
     return findings
 
 
-def credential_in(window: bytes, encoding: str | None) -> str | None:
-    """The reason of the first credential format found in `window`, as bytes or as text of `encoding` (a UTF-16/32
-    file), both lower-cased; None when there is none."""
-    views = [window.lower(), window.decode(encoding, "ignore").encode().lower() if encoding else b""]
-    return next((reason for reason, patterns in CREDENTIALS for p in patterns for v in views if p.search(v)), None)
+def holds_token(path: Path, token_needles: tuple[bytes, ...]) -> bool:
+    """Whether a form of the token occurs in the bytes of `path` (all of them, as they are)."""
+    findings = Findings(token_needles)
+    with open(path, "rb") as stream:
+        findings.search_token(stream)
+    return findings.holds_token
 
 
-def text_encoding(header: bytes) -> str | None:
-    """The UTF-16 or UTF-32 encoding of a text file, told by the NUL bytes of its first characters after any
-    byte-order mark (ASCII `AB` is `A\\0B\\0` in UTF-16 LE); None for anything else."""
-    start = header[4:68]
-    for codec, width, at in (("utf-32-le", 4, 0), ("utf-32-be", 4, 3), ("utf-16-le", 2, 0), ("utf-16-be", 2, 1)):
-        if len(start) >= 8 and all(start[at::width]) and not any(b for i, b in enumerate(start) if i % width != at):
-            return codec
-    return None
+def name_secret(name: str) -> str | None:
+    """The reason a file or folder name holds a secret (`CREDENTIALS`), or None."""
+    return credential_in(name.lower().encode("utf-8", "surrogateescape"))
 
 
-def safetensors_header_end(header: bytes) -> int | None:
-    """Where a safetensors file's JSON header ends (8 + its length), or None when `header` does not start one."""
-    if len(header) < 9 or header[8:9] != b"{":
+def is_safetensors(header: bytes, size: int) -> bool:
+    """Whether a file of `size` bytes starting with `header` starts like a safetensors file (a header length, then a
+    JSON object)."""
+    return len(header) >= 9 and header[8:9] == b"{" and 8 + int.from_bytes(header[:8], "little") <= size
+
+
+def text_of(data: bytes) -> str | None:
+    """`data` as text: UTF-8 (a byte-order mark allowed), or UTF-16/32 with a byte-order mark, decoded in full, with
+    no control character but tabs, line and page breaks; None for anything else."""
+    encoding = next((codec for bom, codec in BOMS if data.startswith(bom)), "utf-8")
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError:
         return None
-    return 8 + int.from_bytes(header[:8], "little")
+    return None if CONTROL.search(text) else text
 
 
-def header_reason(header: bytes, whole: bool) -> str | None:
-    """Why a file whose first bytes are `header` (all of it when `whole`) is not published: a pickle stream, a NumPy
-    array of Python objects (a pickle), an archive hf-norms cannot open. None for anything else."""
-    if is_pickle(header, whole) or numpy_object_array(header):
-        return PICKLE_REASON
-    kind = next((name for magic, name in UNOPENABLE.items() if header.startswith(magic)), None)
-    return f"a {kind} archive, which hf-norms cannot open: its contents cannot be checked" if kind else None
+def credential_in(text: bytes) -> str | None:
+    """The reason of the first format of `CREDENTIALS` found in the lower-cased `text`; None when there is none."""
+    return next((reason for reason, patterns in CREDENTIALS if found_at(reason, patterns, text) is not None), None)
 
 
-def is_pickle(data: bytes, whole: bool) -> bool:
-    """A pickle stream: protocol 2-5 (PROTO, then two more valid opcodes), or protocol 0/1 opcodes that parse to a STOP
-    at the very end of a whole file, or, in the header of a larger one, to the end of the header."""
-    protocol_header, stream, count = len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5, io.BytesIO(data), 0
+def found_at(reason: str, patterns: tuple[re.Pattern, ...], text: bytes) -> int | None:
+    """Where the first of `patterns` (the formats of `reason`) occurs in the lower-cased `text`, or None; for the
+    secret setting, in `text` with each run of more than `LONG_RUN` value characters cut to its tail, which keeps
+    every line break (so a line number found in it holds in `text`)."""
+    if "setting" in reason:
+        text = LONG_VALUE_RUN.sub(lambda run: b" " + run[0][-LONG_RUN:], text)
+    return min((match.start() for pattern in patterns if (match := pattern.search(text))), default=None)
+
+
+def located(text: str, value: Any, reason: str) -> str:
+    """Where in `text` (whose JSON value is `value`, or None) the first secret of `reason` is: the JSON key that holds
+    it, else its line."""
+    patterns = next(patterns for name, patterns in CREDENTIALS if name == reason)
+    for path, snippet in json_strings(value, ""):
+        if found_at(reason, patterns, snippet.lower().encode("utf-8", "surrogateescape")) is not None:
+            return path if path.startswith("a key of") else f"at {path or 'the top'}"
+    data = text.lower().encode("utf-8", "surrogateescape")
+    if "setting" in reason:
+        data = LONG_VALUE_RUN.sub(lambda run: b" " + run[0][-LONG_RUN:], data)
+    return f"line {data.count(NEWLINE, 0, found_at(reason, patterns, data) or 0) + 1}"
+
+
+def json_strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(JSON path, text) of every key (named by its object's path), string and `"key": value` pair of `value`, level
+    by level in document order."""
+    pending = deque([(path, value)])
+    while pending:
+        at, item = pending.popleft()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                where = f"{at}.{key}" if at else str(key)
+                yield f"a key of {at or 'the top'}", str(key)
+                if not isinstance(child, (dict, list)):
+                    yield where, f"{json.dumps(key)}: {json.dumps(child)}"
+                pending.append((where, child))
+        elif isinstance(item, list):
+            pending.extend((f"{at}[{index}]", child) for index, child in enumerate(item))
+        elif isinstance(item, str):
+            yield at, item
+
+
+def is_pickle(data: bytes, cut: bool = False) -> bool:
+    """Whether `data` starts with a pickle: opcodes that parse, with a consistent stack, to a STOP (whatever follows
+    it, which pickle.load ignores); `cut` (the first bytes of a larger file): a protocol 2-5 header and two more
+    opcodes that parse."""
+    if cut:
+        if not (len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5):
+            return False
+        try:
+            return sum(1 for _ in zip(range(3), pickletools.genops(io.BytesIO(data)), strict=False)) == 3
+        except Exception:  # opcodes that do not parse
+            return False
     try:
-        for opcode, _, _ in pickletools.genops(stream):
-            count += 1
-            if protocol_header and count >= 3:
-                return True
-            if opcode.name == "STOP":
-                return count >= 2 and stream.tell() == len(data)
-    except Exception:  # not a pickle, or one cut off by the end of the header
-        return (protocol_header or not whole) and count >= 2 and stream.tell() == len(data)
-    return False
-
-
-def numpy_object_array(header: bytes) -> bool:
-    """A `.npy` file (or archive member) whose dtype holds Python objects, which NumPy stores as a pickle."""
-    description = header[10:1024] if header.startswith(b"\x93NUMPY") else b""
-    return b"'|O'" in description or b"'O'" in description
-
-
-def members(stream: BinaryIO, header: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
-    """(name, bytes) of what `stream` unpacks to: its zip or tar members, or its decompressed stream (named ""); each
-    at most one byte more than `budget`; nothing when it is none of these. Raises Unreadable for data that does not
-    unpack."""
-    stream.seek(0)
-    try:
-        zipped = zipfile.is_zipfile(stream)
-        stream.seek(0)
-        if zipped:
-            with zipfile.ZipFile(stream) as archive:
-                for info in (info for info in archive.infolist() if not info.is_dir()):
-                    with archive.open(info) as member:
-                        yield info.filename, member.read(budget + 1)
-        elif header[257:262] == b"ustar":
-            with tarfile.open(fileobj=stream, mode="r:") as archive:
-                for info in (info for info in archive if info.isfile()):
-                    yield info.name, archive.extractfile(info).read(budget + 1)
-        elif (reader := decompressing_reader(stream, header)) is not None:
-            yield "", reader(budget + 1)
-    except Exception as error:  # any failure to unpack: what is inside cannot be checked
-        raise Unreadable(f"an archive or compressed stream that does not unpack ({error})") from None
-
-
-def decompressing_reader(stream: BinaryIO, header: bytes):
-    """`read(n)` of what a gzip, bzip2, xz, lzma or zlib stream decompresses to, or None when the header starts none."""
-    if header.startswith(b"\x1f\x8b"):
-        return gzip.GzipFile(fileobj=stream).read
-    if header.startswith(b"BZh") and header[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):  # a block, or the end of the stream
-        return bz2.BZ2File(stream).read
-    if header.startswith((b"\xfd7zXZ\x00", b"\x5d\x00\x00")):
-        return lzma.LZMAFile(stream).read
-    if len(header) > 1 and header[0] & 0x0F == 8 and int.from_bytes(header[:2], "big") % 31 == 0:  # zlib's header
-        return lambda n: zlib_read(stream, n)
-    return None
-
-
-def zlib_read(stream: BinaryIO, size: int) -> bytes:
-    """At most `size` bytes of what the zlib stream in `stream` decompresses to, up to an error (text can start like a
-    zlib header; it was scanned as it is, and so are bytes after the stream's end)."""
-    decompressor, out, data = zlib.decompressobj(), bytearray(), b""
-    with contextlib.suppress(zlib.error):
-        while len(out) < size and not decompressor.eof and (data := data or stream.read(SCAN_CHUNK)):
-            out += decompressor.decompress(data, size - len(out))
-            data = decompressor.unconsumed_tail
-    return bytes(out)
+        pickletools.dis(io.BytesIO(data), out=io.StringIO())
+    except Exception:  # not a pickle: an opcode that does not parse, a stack that does not add up, no STOP
+        return False
+    return True

@@ -76,10 +76,12 @@ from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
     TOKENIZER_FILES,
+    check_processor_sizes,
     check_token_length,
     excluded,
     screen_files,
     select_upload_files,
+    stating_unread,
 )
 
 logger = logging.getLogger(__name__)
@@ -191,6 +193,7 @@ def check_preprocessor(folder: Path, required: bool = True) -> None:
     `required`, which only warns), and load."""
     from transformers import AutoImageProcessor, AutoTokenizer
 
+    check_processor_sizes(folder)
     if any((folder / name).is_file() for name in PROCESSOR_FILES):
         loader = AutoImageProcessor
     elif any((folder / name).is_file() for name in TOKENIZER_FILES):
@@ -314,7 +317,12 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
                 "publish it with --allow-custom-code (the card then says so). Nothing was uploaded."
             )
         render_card = not excluded(CARD_NAME, a.exclude)
-        card = render_model_card(gather_card_facts(folder, a.repo_id, a.card(), sorted(custom))) if render_card else ""
+        card_arguments = stating_unread(a.card(), a.include_skipped)
+        card = (
+            render_model_card(gather_card_facts(folder, a.repo_id, card_arguments, sorted(custom)))
+            if render_card
+            else ""
+        )
         if render_card:
             check_card(str(card))
         message = a.commit_message or (
@@ -322,7 +330,7 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
         )
         texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
         texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}
-        files, content_left_out = screen_files(folder, files, token, texts)
+        files, content_left_out = screen_files(folder, files, token, texts, a.include_skipped or ())
         for name, reason in sorted({**left_out, **content_left_out}.items()):
             logger.info("Not uploading %s: %s", name, reason)
         if not files and not render_card:

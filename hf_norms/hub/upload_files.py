@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -23,9 +24,11 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..conversion.sources import sentence_transformers_files
 from ..errors import CheckpointRefused
+from ..readers import JSON_LIMIT
 from ..redaction import redact, text_holds_token, token_forms
+from .arguments import CardArguments
 from .card_facts import REPORT_NAME, TRAINER_STATE_NAME
-from .content_checks import scan_file
+from .content_checks import holds_token, name_secret, scan_file
 
 CARD_NAME = "README.md"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
@@ -37,6 +40,10 @@ CHECKPOINT_FILES = (
     "model-[0-9]*-of-[0-9]*.safetensors", *TOKENIZER_FILES, *PROCESSOR_FILES, REPORT_NAME, "conversion_report.md",
     "conversion_report.png", TRAINER_STATE_NAME, "*_results.json",
 )  # fmt: skip
+# the files a checkpoint needs to load: a secret or an unreadable part in one refuses the whole push
+ESSENTIAL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+                   "model-[0-9]*-of-[0-9]*.safetensors", *TOKENIZER_FILES, *PROCESSOR_FILES)  # fmt: skip
+BAD_NAME = re.compile(r"[\x00-\x1f\x7f\\\udc80-\udcff]")  # control characters, backslashes, undecodable bytes
 MIN_TOKEN_LENGTH = 8  # Hub tokens are 37 characters (`hf_` and 34 more)
 
 
@@ -145,22 +152,102 @@ def check_token_length(token: str | None) -> None:
 
 
 def screen_files(
-    folder: Path, files: Sequence[str], token: str | None, texts: Mapping[str, str] | None = None
+    folder: Path,
+    files: Sequence[str],
+    token: str | None,
+    texts: Mapping[str, str] | None = None,
+    unread_ok: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """(the files to upload, {file left out for its content: why}), reading each file once (`scan_file`). Raises
-    CheckpointRefused, naming the files and texts (never the token), when a form of `token` occurs in the path or bytes
-    of a file that is not left out (read through symbolic links, as it is uploaded) or in one of `texts`."""
+    """(the files to upload, {file left out for its content or name: why}), reading each file once (`scan_file`):
+    what push cannot read in full is left out unless `unread_ok` names it, and so is a file that holds a secret.
+    Raises CheckpointRefused, before anything is created, when a file the checkpoint needs (`essential_files`) holds
+    a secret or cannot be read, when a name to upload holds a character the Hub refuses, or, naming the files and
+    texts (never the token), when a form of `token` occurs in the path or bytes of a file that is not left out (read
+    through symbolic links, as it is uploaded) or in one of `texts`."""
     check_token_length(token)
+    check_names(files)
     needles = token_forms(token) if token else ()
-    kept, left_out, leaks = [], {}, []
+    essential = essential_files(folder, files)
+    kept, left_out, leaks, refusals = [], {}, [], []
     for name in files:
+        if text_holds_token(name, needles):
+            leaks.append(name)
+            continue
         findings = scan_file(folder / name, needles)
-        if findings.secret is not None:
-            left_out[name] = findings.secret
+        reason = name_secret(name) or findings.secret
+        if reason is None and findings.unread is not None and name not in unread_ok:
+            reason = (
+                f"{findings.unread}: push cannot read all of it (publish it anyway with --include-skipped {name}; "
+                "the card then names it)"
+            )
+        if reason is None and findings.unread is not None:  # asked for: its bytes as they are
+            findings.holds_token = holds_token(folder / name, needles)
+        if reason is not None and name in essential:
+            refusals.append(f"{name} {reason}")
+        elif reason is not None:
+            left_out[name] = reason
         else:
-            (leaks if findings.holds_token or text_holds_token(name, needles) else kept).append(name)
+            (leaks if findings.holds_token else kept).append(name)
+    if refusals:
+        raise CheckpointRefused(
+            redact(
+                f"The checkpoint cannot be published as it is: {'; '.join(refusals)}. Remove the secret from the file "
+                "(or save the model again), then push again. Nothing was created or uploaded.",
+                token,
+            )
+        )
     refuse_leaks(leaks + [what for what, text in (texts or {}).items() if text_holds_token(text, needles)], token)
     return kept, left_out
+
+
+def essential_files(folder: Path, files: Sequence[str]) -> set[str]:
+    """The files of `files` a checkpoint needs to load: config, weights, tokenizer and processor files, and its
+    sentence-transformers files."""
+    modules = sentence_transformers_files(folder)
+    return {
+        name
+        for name in files
+        if ("/" not in name and any(fnmatch.fnmatchcase(name, p) for p in ESSENTIAL_FILES))
+        or name in modules
+        or str(PurePosixPath(name).parent) in modules
+    }
+
+
+def stating_unread(card: CardArguments, names: Sequence[str] | None) -> CardArguments:
+    """The card's arguments, with a note naming the files the uploader asked to publish even where push cannot read
+    them in full (`--include-skipped`)."""
+    if names:
+        card.notes = [
+            *(card.notes or []),
+            f"The uploader asked to publish {', '.join(names)} even where hf-norms cannot read it in full "
+            "(--include-skipped): what hf-norms could not read was not checked for secrets.",
+        ]
+    return card
+
+
+def check_processor_sizes(folder: Path) -> None:
+    """Refuse, before it is loaded, a tokenizer or processor file larger than `JSON_LIMIT` (64 MiB, the bound every
+    command reads such files with)."""
+    for name in (*TOKENIZER_FILES, *PROCESSOR_FILES):
+        size = (folder / name).stat().st_size if (folder / name).is_file() else 0
+        if size > JSON_LIMIT:
+            raise CheckpointRefused(
+                f"{folder / name} is larger than {JSON_LIMIT >> 20} MiB ({size:,} bytes), more than a tokenizer or "
+                "processor file holds; save the tokenizer or processor again (`save_pretrained(folder)`). Nothing was "
+                "created or uploaded."
+            )
+
+
+def check_names(files: Sequence[str]) -> None:
+    """Refuse names the Hub refuses (control characters, backslashes, bytes that are not UTF-8) before anything is
+    created, so a push is one commit or nothing."""
+    bad = [name for name in files if BAD_NAME.search(name)]
+    if bad:
+        raise CheckpointRefused(
+            f"{', '.join(map(repr, bad))}: a file name with a control character, a backslash or bytes that are not "
+            "UTF-8, which the Hub refuses; rename the file or leave it out (--exclude), then push again. Nothing was "
+            "created or uploaded."
+        )
 
 
 def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) -> None:
@@ -168,7 +255,7 @@ def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) ->
     content (what the stock Trainer would upload)."""
     check_token_length(token)
     needles = token_forms(token) if token else ()
-    leaks = [name for name in files if text_holds_token(name, needles) or scan_file(folder / name, needles).holds_token]
+    leaks = [name for name in files if text_holds_token(name, needles) or holds_token(folder / name, needles)]
     refuse_leaks(leaks, token)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import OutputFolderError
+from ..redaction import redact
 
 SHOWN_NAMES = 5  # at most this many file names in a message
 
@@ -49,6 +50,9 @@ def check_output_location(target: Path, protected: Mapping[str, Path | None], wh
 
 
 def shorten(text: str, limit: int = 160) -> str:
+    """`text` cut in its middle to at most `limit` characters (and the cut's dots), the tokens being redacted replaced
+    first (`redaction.redact`), so no part of one is left on either side of the cut."""
+    text = redact(text)
     return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 

@@ -1,0 +1,369 @@
+"""What push cannot read in full it does not publish, and nothing is created before every check passes (issue 44).
+
+A file is published only when a reader of a known format read all of it (UTF-8 text, JSON, safetensors, PNG, JPEG,
+NumPy, protocol buffers, archives and compressed streams unpacked to their end) and no secret pattern occurs in what
+it read, nor in its name; anything else is left out by name unless `include_skipped` names it, which the card then
+states. A secret in a file the checkpoint needs refuses the whole push, naming the file and where in it. Every scanner
+runs in linear time. A name the Hub refuses, and an oversized tokenizer file, are refused before anything is read or
+created. A shortened path in an error line never shows part of the token."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import pickle
+import shutil
+import struct
+import tarfile
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from huggingface_hub import HfApi
+from PIL import Image
+from safetensors.torch import load_file, save_file
+from transformers import AutoTokenizer
+
+import hf_norms
+from hf_norms.errors import OutputFolderError
+from hf_norms.hub.content_checks import scan_file
+from hf_norms.hub.publish import CheckpointRefused, push_to_hub
+from hf_norms.output_folders.places import resolved
+from hf_norms.redaction import token_forms, tokens_redacted
+
+TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token: hf_ and 34 letters and digits
+GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5" * 3 + "F6g7H8"  # ghp_ and 36
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
+ADVERSARIAL_BYTES = 10_000_000
+SCAN_SECONDS = 5.0  # for 10 MB; a quadratic scanner took 81 s for 210 KB
+
+pytestmark = pytest.mark.usefixtures("hub_online")
+
+
+@pytest.fixture
+def checkpoint(saved_checkpoint: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(saved_checkpoint, tmp_path / "vit"))
+
+
+def dry_run(folder: Path, **push_args) -> list[str]:
+    return push_to_hub(folder, "org/readable", token=TOKEN, dry_run=True, **push_args)
+
+
+def left_out(caplog: pytest.LogCaptureFixture, name: str) -> str:
+    """The reason of the one "Not uploading NAME: ..." line logged."""
+    (line,) = [line for line in caplog.text.splitlines() if f"Not uploading {name}: " in line]
+    return line.split(f"Not uploading {name}: ", 1)[1]
+
+
+def disk_state(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Item 1: what push cannot read in full is not published
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def zlib_with_checksum_flipped(data: bytes) -> bytes:
+    stream = bytearray(zlib.compress(data))
+    stream[-1] ^= 0xFF
+    return bytes(stream)
+
+
+def zlib_with_dictionary(data: bytes) -> bytes:
+    compressor = zlib.compressobj(zdict=b"a preset dictionary of the attacker")
+    return compressor.compress(data) + compressor.flush()
+
+
+def raw_deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(wbits=-15)
+    return compressor.compress(data) + compressor.flush()
+
+
+def v7_tar(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    blocks = bytearray(buffer.getvalue())
+    blocks[257:265] = b"\0" * 8  # no ustar magic and version: a v7 header
+    blocks[148:156] = b"        "
+    blocks[148:156] = f"{sum(blocks[:512]):06o}\0 ".encode()
+    return bytes(blocks)
+
+
+def png(text_chunk: bytes = b"") -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(buffer, format="PNG")
+    data = buffer.getvalue()
+    if text_chunk:
+        chunk = b"tEXt" + text_chunk
+        data = (
+            data[:-12] + struct.pack(">I", len(text_chunk)) + chunk + struct.pack(">I", zlib.crc32(chunk)) + data[-12:]
+        )
+    return data
+
+
+def jpeg() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (30, 200, 30)).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def safetensors_bytes(metadata: dict[str, str] | None = None, extra: bytes = b"") -> bytes:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                         **({"__metadata__": metadata} if metadata else {})}).encode()  # fmt: skip
+    return struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1.0, 2.0) + extra
+
+
+# case: (file name, content, what the line that leaves it out says); the first eight are the reproductions of issue 44
+UNREAD: dict[str, tuple[str, Callable[[], bytes], str]] = {
+    "zlib stream, last checksum byte flipped": ("state.z", lambda: zlib_with_checksum_flipped(TOKEN.encode()), "does not decompress"),
+    "zlib stream with a preset dictionary": ("dict.z", lambda: zlib_with_dictionary(TOKEN.encode()), "does not decompress"),
+    "raw deflate": ("raw.deflate", lambda: raw_deflate(f"token={TOKEN}".encode()), "not a format push can read"),
+    "UTF-16 key after a CJK line, with BOM": ("k16.txt", lambda: ("模型的说明\n" + KEY).encode("utf-16"), "private key"),
+    "UTF-16 key after a CJK line, no BOM": ("k16le.txt", lambda: ("模型的说明\n" + KEY).encode("utf-16-le"), "cannot read all of it"),
+    "protocol-0 pickle and a newline": ("p0.txt", lambda: pickle.dumps({"hub_token": TOKEN}, protocol=0) + b"\n", "a pickle"),
+    "protocol-1 pickle and two NULs": ("p1.bin", lambda: pickle.dumps({"a": [1, 2]}, protocol=1) + b"\0\0", "a pickle"),
+    "v7 tar holding a pickle": ("state.tar", lambda: v7_tar({"state.pkl": pickle.dumps({"a": 1}, protocol=4)}), "(in state.pkl)"),
+    # variants of the same classes
+    "gzip with its CRC flipped": ("log.gz", lambda: __import__("gzip").compress(TOKEN.encode())[:-8] + b"\0" * 8, "does not decompress"),
+    "zip with bytes after its end": ("extra.zip", lambda: zip_bytes({"a.txt": b"notes"}) + TOKEN.encode()[::-1], "zip archive with bytes"),
+    "PNG with bytes after IEND": ("plot-tail.png", lambda: png() + KEY.encode("utf-16"), "after its end"),
+    "PNG with a broken chunk checksum": ("plot2.png", lambda: png()[:-4] + b"\0\0\0\0", "checksum is wrong"),
+    "JPEG with bytes after EOI": ("photo-tail.jpg", lambda: jpeg() + b"\0" + KEY.encode(), "after its end"),
+    "text with a NUL byte": ("notes.txt", lambda: b"loss 0.1\0" + raw_deflate(KEY.encode()), "cannot read all of it"),
+    "safetensors with bytes after its tensors": ("extra.safetensors", lambda: safetensors_bytes(extra=raw_deflate(KEY.encode())), "do not cover its data"),
+    ".json that is not JSON": ("notes.json", lambda: b'{"a": 1,', "not valid JSON"),
+    "tar with bytes after its end": ("more.tar", lambda: v7_tar({"a.txt": b"x"}) + b"\1" * 600, "cannot read all of it"),
+    "a key in a PNG text chunk": ("chart.png", lambda: png(b"Comment\0" + KEY.encode()), "private key (its tEXt chunk)"),
+    "a secret in a zip member's name": ("names.zip", lambda: zip_bytes({f"keys/{GITHUB_TOKEN}.txt": b"x"}), "(the name of keys/"),
+}  # fmt: skip
+# read in full and published
+READABLE: dict[str, Callable[[], bytes]] = {
+    "plot.png": png,
+    "photo.jpg": jpeg,
+    "notes.z": lambda: zlib.compress(b"loss 0.1 at step 5\n"),
+    "说明.md": lambda: "# 模型\n损失 0.1\n".encode(),
+    "notes16.txt": lambda: "loss 0.1, 模型\n".encode("utf-16"),
+    "stats.npy": lambda: npy_bytes(np.arange(6.0)),
+    "more.safetensors": safetensors_bytes,
+    "table.csv": lambda: b"step,loss\n1,0.5\n2,0.25\n",
+    "bundle.tar": lambda: v7_tar({"a.txt": b"notes", "b.json": b"{}"}),
+}
+
+
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("case", UNREAD)
+def test_what_push_cannot_read_in_full_is_not_published(
+    case: str, checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    name, content, reason = UNREAD[case]
+    (checkpoint / name).write_bytes(content())
+    assert name not in dry_run(checkpoint, include=[name])
+    assert reason in left_out(caplog, name)
+
+
+def test_files_of_known_formats_are_read_and_published(checkpoint: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    for name, content in READABLE.items():
+        (checkpoint / name).write_bytes(content())
+    assert set(READABLE) <= set(dry_run(checkpoint, include=list(READABLE))), caplog.text
+
+
+def test_nothing_unread_reaches_the_hub_and_the_opt_in_is_stated(checkpoint: Path, api: HfApi, tmp_path: Path) -> None:
+    """Every file included (`*`): the Hub gets the checkpoint and the readable files; `include_skipped` publishes an
+    unreadable file, and the card names it."""
+    for name, content, _ in UNREAD.values():
+        (checkpoint / name).write_bytes(content())
+    for name, content in READABLE.items():
+        (checkpoint / name).write_bytes(content())
+    push_to_hub(checkpoint, "org/unread", endpoint=api.endpoint, token=TOKEN, include=["*"])
+    published = set(api.list_repo_files("org/unread"))
+    assert not published & {name for name, _, _ in UNREAD.values()} and set(READABLE) <= published
+    push_to_hub(checkpoint, "org/unread", endpoint=api.endpoint, token=TOKEN, include_skipped=["raw.deflate"])
+    assert "raw.deflate" in api.list_repo_files("org/unread")
+    card = (Path(api.hf_hub_download("org/unread", "README.md", cache_dir=tmp_path / "dl"))).read_text()
+    assert "asked to publish raw.deflate even where hf-norms cannot read it in full (--include-skipped)" in card
+
+
+@pytest.mark.parametrize(
+    "name", [f"1_{GITHUB_TOKEN}/config.json", "aws-AKIAIOSFODNN7EXAMPLE.txt", "runs/xoxb-1234567890-abcdef/notes.txt"]
+)
+def test_a_secret_in_a_file_or_folder_name_is_never_published(
+    name: str, checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    (checkpoint / name).parent.mkdir(parents=True, exist_ok=True)
+    (checkpoint / name).write_text("{}")
+    assert name not in dry_run(checkpoint, include=["*"])
+    assert "holds" in left_out(caplog, name)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Item 2: a secret in a file the checkpoint needs refuses the whole push, before anything is created
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def edit_json(path: Path, edit: Callable[[dict], None]) -> None:
+    value = json.loads(path.read_text())
+    edit(value)
+    path.write_text(json.dumps(value, indent=2))
+
+
+def metadata_with(folder: Path, secret: str) -> None:
+    tensors = load_file(folder / "model.safetensors")
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt", "note": f"made by {secret}"})
+
+
+ESSENTIAL_SECRETS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "the token in safetensors __metadata__": (lambda f: metadata_with(f, TOKEN), "model.safetensors holds an access token"),
+    "a key in safetensors __metadata__": (lambda f: metadata_with(f, KEY), "model.safetensors holds a private key (its header, at __metadata__.note)"),
+    "a GitHub token in a config field": (lambda f: edit_json(f / "config.json", lambda c: c.update(note=GITHUB_TOKEN)), "config.json holds an access token (Hugging Face, GitHub, AWS, OpenAI, Slack, Google, npm, PyPI or GitLab) (at note)"),
+    "the token in id2label": (lambda f: edit_json(f / "config.json", lambda c: c.update(id2label={"0": TOKEN}, label2id={TOKEN: 0})), "config.json holds an access token (Hugging Face, GitHub, AWS, OpenAI, Slack, Google, npm, PyPI or GitLab) (at id2label.0)"),
+    "a password in the processor config": (lambda f: edit_json(f / "preprocessor_config.json", lambda c: c.update(auth="password=hunter2-x9")), "preprocessor_config.json holds a secret setting"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ESSENTIAL_SECRETS)
+def test_a_secret_in_a_file_the_checkpoint_needs_refuses_the_push(case: str, checkpoint: Path, api: HfApi) -> None:
+    plant, expected = ESSENTIAL_SECRETS[case]
+    plant(checkpoint)
+    before = disk_state(checkpoint)
+    with pytest.raises(CheckpointRefused) as excinfo:
+        push_to_hub(checkpoint, "org/essential", endpoint=api.endpoint, token=TOKEN)
+    message = str(excinfo.value)
+    assert expected in message and "Nothing was created" in message and "\n" not in message
+    assert (
+        not [form for form in token_forms(TOKEN) if form.decode("latin-1") in message] and GITHUB_TOKEN not in message
+    )
+    assert not api.repo_exists("org/essential") and disk_state(checkpoint) == before
+
+
+@pytest.fixture
+def bert_checkpoint(tiny_bert_dir: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "bert"
+    config = hf_norms.BertNormConfig.from_pretrained(tiny_bert_dir, norm_type="dyt")
+    hf_norms.BertNormModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(folder)
+    return folder
+
+
+def test_a_secret_in_the_tokenizer_vocabulary_refuses_the_push(bert_checkpoint: Path, api: HfApi) -> None:
+    def plant(tokenizer: dict) -> None:
+        tokenizer["model"]["vocab"][GITHUB_TOKEN] = len(tokenizer["model"]["vocab"])
+
+    edit_json(bert_checkpoint / "tokenizer.json", plant)
+    with pytest.raises(CheckpointRefused, match=r"tokenizer\.json holds an access token .*\(a key of model\.vocab\)"):
+        push_to_hub(bert_checkpoint, "org/vocab", endpoint=api.endpoint, token=TOKEN)
+    assert not api.repo_exists("org/vocab")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Item 3: every scanner runs in linear time
+# --------------------------------------------------------------------------------------------------------------------
+
+ADVERSARIAL = [b"eyj", b"password=a1", b"auth=", b"auth=a ", b"eyJ.", b"-----begin a ", b"sk-", b"://a:", b"machine a ",
+               b"hf_", b"a:1:a:a:", b'token: "', b"password=a1\n", b"secret_key=x1/", b"A"]  # fmt: skip
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL, ids=[unit.decode() for unit in ADVERSARIAL])
+def test_every_scanner_runs_in_linear_time(unit: bytes, tmp_path: Path) -> None:
+    """10 MB of one adversarial unit repeated (a run no pattern ends, a keyword at every few bytes) is scanned in
+    under `SCAN_SECONDS`."""
+    path = tmp_path / "conversion_report.md"
+    path.write_bytes(unit * (ADVERSARIAL_BYTES // len(unit)))
+    start = time.perf_counter()
+    findings = scan_file(path, token_forms(TOKEN))
+    seconds = time.perf_counter() - start
+    print(f"{unit!r}: {seconds:.2f} s")
+    assert seconds < SCAN_SECONDS and findings.unread is None
+
+
+def test_an_adversarial_conversion_report_is_published_at_once(checkpoint: Path) -> None:
+    """The allow-listed report of issue 44 (210 KB of "eyj": 81 s), 1 MB of it, read through a whole push."""
+    (checkpoint / "conversion_report.md").write_bytes(b"eyj" * 350_000)
+    start = time.perf_counter()
+    assert "conversion_report.md" in dry_run(checkpoint)
+    assert time.perf_counter() - start < SCAN_SECONDS + 5
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Item 5: one push is one commit or nothing; push reads tokenizer files within bounds
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["notes\n.txt", "tab\tname.txt", "back\\slash.txt", "bell\x07.txt"])
+def test_a_name_the_hub_refuses_is_refused_before_anything_is_created(name: str, checkpoint: Path, api: HfApi) -> None:
+    for index in range(34):
+        (checkpoint / f"notes-{index:02}.txt").write_text(f"note {index}")
+    (checkpoint / name).write_text("harmless")
+    before = disk_state(checkpoint)
+    with pytest.raises(CheckpointRefused, match="the Hub refuses") as excinfo:
+        push_to_hub(checkpoint, "org/names", endpoint=api.endpoint, token=TOKEN, include=["*.txt"])
+    assert repr(name) in str(excinfo.value) and "\n" not in str(excinfo.value)
+    assert not api.repo_exists("org/names") and disk_state(checkpoint) == before
+
+
+@pytest.mark.parametrize("size", [(64 << 20) + 1, 3 << 30], ids=["64 MiB + 1", "3 GB"])
+def test_an_oversized_tokenizer_file_is_refused_before_it_is_read(size: int, bert_checkpoint: Path, api: HfApi) -> None:
+    """A sparse tokenizer.json larger than 64 MiB (the bound every command applies) is refused from its size."""
+    with open(bert_checkpoint / "tokenizer.json", "r+b") as stream:
+        stream.truncate(size)
+    start = time.perf_counter()
+    with pytest.raises(CheckpointRefused, match=r"tokenizer\.json is larger than 64 MiB"):
+        push_to_hub(bert_checkpoint, "org/big-tokenizer", endpoint=api.endpoint, token=TOKEN)
+    assert time.perf_counter() - start < 10 and not api.repo_exists("org/big-tokenizer")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Item 14: redact before shortening
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [TOKEN, "private-endpoint-token-0815-abcdef"])
+@pytest.mark.parametrize("side", ["head", "tail"])
+def test_a_shortened_path_shows_no_part_of_the_token(token: str, side: str) -> None:
+    """A path longer than an error line shows is cut in its middle (its first and last 80 characters kept): the
+    token across the cut, 30 of its characters on the kept side, is replaced first."""
+    with tempfile.TemporaryDirectory(prefix="s") as base:
+        if side == "head":  # base/aaa/TOKEN/loop/bbb, the token starting 30 characters before the 80th
+            parts = ["a" * (80 - 30 - len(base) - 2), token, "loop", "b" * 120]
+        else:  # base/aaa/TOKEN/loop/bbb, the token ending 30 characters after the 80th from the end
+            parts = ["a" * 120, token, "loop", "b" * (80 - 30 - len("/loop/"))]
+        folder = Path(base).joinpath(*parts[:2])
+        folder.mkdir(parents=True)
+        (folder / "loop").symlink_to("loop")
+        with tokens_redacted(token), pytest.raises(OutputFolderError) as excinfo:
+            resolved(Path(base).joinpath(*parts))
+    message = str(excinfo.value)
+    assert "..." in message and "<token>" in message
+    assert not [token[i : i + 6] for i in range(len(token) - 5) if token[i : i + 6] in message]
