@@ -10,15 +10,17 @@ delete anything (a marker names no file). The rest follows:
 - **Markers are validated data** (`markers.Marker`): every folder hf-norms makes carries one with the run's id,
   process, start time and command, read with fixed bounds and checked field by field. It says whether hf-norms made
   a folder and whether that run still goes on; nothing more.
-- **Outputs built whole** (`convert`, `heal`): built in a staging folder this run creates beside the target and moved
-  into place when complete, only while the target is still what the run saw at its start (`PlannedOutput`). With
+- **Outputs built whole** (`convert`, `heal`): built in a staging folder this run creates beside the target before its
+  slow part (a name or parent it cannot be made in stops the run at once) and moved into place when complete, only while the target is still what the run saw at its start (`PlannedOutput`). With
   `overwrite`, an existing output that hf-norms made (or an empty folder) is moved aside to
   `NAME.replaced-<time>` (`move_aside`, said in one line); a user's folder is refused. Of two runs on one output, the
   later one stops at once. Staging folders that killed runs left are named, not touched, and block nothing.
 - **Folders written in place** (`finetune --output_dir`, heal's work folder, the demo's folder, `claim_folder`): a
   new or empty folder is taken; an earlier run's is continued (`resume`) or moved aside (`overwrite`); anything else
-  is refused, naming both. At the end a run removes only the entries it added (`remove_what_this_run_made`).
-- **Copies never follow a link out of a checkpoint folder** (`copy_checkpoint_files`).
+  is refused, naming both. At the end a run removes only what it recorded as made (`ClaimedFolder.record`,
+  `remove_what_this_run_made`), and the folder only when it made it.
+- **Copies never follow a link out of a checkpoint folder** (`copy_checkpoint_files`), and read and write only inside
+  the folders they copy between, whatever names a data file gives (`inside`).
 """
 
 from __future__ import annotations

@@ -22,16 +22,15 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ClaimedFolder:
-    """A folder a run writes into, checked by `claim_folder` and made this run's by `take`; `existing` are the
-    entries it held when taken (an earlier run's, when resuming), which this run never removes, `created` whether this
-    run made the folder itself (or, when it `continues` an earlier run, whether that run did), and `made` what the run
-    recorded as made in it (`record`): {path: (device, inode)}."""
+    """A folder a run writes into, checked by `claim_folder` and made this run's by `take`: `created` says whether
+    this run made the folder itself (or, when it `continues` an earlier run, whether that run did), `made` what the
+    run recorded as made in it (`record`), {path: (device, inode)}; the run removes nothing else
+    (`remove_what_this_run_made`)."""
 
     path: Path
     command: str
     move_aside_first: bool = False
     continues: bool = False
-    existing: frozenset[str] = frozenset()
     created: bool = False
     made: dict[Path, tuple[int, int]] = field(default_factory=dict)
 
@@ -42,7 +41,6 @@ class ClaimedFolder:
         earlier = Marker.read(self.path) if self.continues else None
         self.created = not self.path.exists() or (earlier is not None and earlier.made_folder is True)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.existing = frozenset(entry.name for entry in self.path.iterdir() if entry.name != MARKER_NAME)
         Marker.new(self.command, made_folder=self.created).write(self.path)
         return self
 

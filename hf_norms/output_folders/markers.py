@@ -1,11 +1,11 @@
 """The marker file of every folder hf-norms makes: which run made it, validated as data.
 
 A marker (`.hf-norms-made-this`, JSON) records the run's id, its process id, when the run and its process started and
-its command. It is
-read with fixed bounds (at most `MARKER_BYTES`), never through a link, and every field is checked (`Marker.read`): a
-marker that is not a small JSON object of those fields, each in range, is no marker. It names no file: nothing is ever
-deleted or replaced because a marker says so. It answers two questions only: did hf-norms make this folder
-(`made_by_hf_norms`), and is the run that made it still going on (`Marker.is_running_elsewhere`).
+its command. It is read with fixed bounds (at most `MARKER_BYTES`), never through a link, and every field is checked
+(`Marker.read`): a marker that is not a small JSON object of those fields, each in range, is no marker. It names no
+file: nothing is ever deleted or replaced because a marker says so. It answers two questions only: did hf-norms make
+this folder (`made_by_hf_norms`), and is the run that made it still going on (`Marker.is_running_elsewhere`, which
+takes a live process for the run only when it started when the marker says).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REPORT_NAME = "conversion_report.json"
 @dataclass(frozen=True)
 class Marker:
     """A run that made a folder: `run_id` (16 hex digits), `pid` (1..PID_MAX), `command` (one of COMMANDS),
-    `started_ns` (when the run wrote the marker, nanoseconds since the epoch, not in the future) and
+    `started_ns` (when the run wrote the marker, nanoseconds since the epoch, not in the future),
     `process_started_ns` (when its process started, where the system says; None in markers of earlier releases) and
     `made_folder` (for a folder written in place: whether the run created the folder itself, so that a run continuing
     it may remove it; None where not said)."""
