@@ -70,8 +70,11 @@ class PushArguments(CardArguments):
         "the token and for pickles, keys and credentials first)",
         repeatable=True, metavar="GLOB",
     )  # fmt: skip
-    include_skipped: list[str] | None = option("also upload this file: the same as --include PATH (repeatable)",
-                                               repeatable=True, metavar="PATH")  # fmt: skip
+    include_skipped: list[str] | None = option(
+        "also upload this file even where push cannot read it in full (an unknown or opaque format), never one "
+        "holding a secret or the token; the card names it (repeatable)",
+        repeatable=True, metavar="PATH",
+    )  # fmt: skip
     exclude: list[str] | None = option(
         "do not upload the files whose path inside the folder matches (repeatable; README.md is the card)",
         repeatable=True, metavar="GLOB",

@@ -255,8 +255,15 @@ def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) ->
     content (what the stock Trainer would upload)."""
     check_token_length(token)
     needles = token_forms(token) if token else ()
-    leaks = [name for name in files if text_holds_token(name, needles) or holds_token(folder / name, needles)]
+    leaks = [name for name in files if text_holds_token(name, needles) or file_holds_token(folder / name, needles)]
     refuse_leaks(leaks, token)
+
+
+def file_holds_token(path: Path, needles: tuple[bytes, ...]) -> bool:
+    """Whether a form of the token occurs in the bytes of `path` or in what they unpack to (all its bytes searched
+    as they are when it cannot be read in full)."""
+    findings = scan_file(path, needles)
+    return findings.holds_token or (findings.unread is not None and holds_token(path, needles))
 
 
 def refuse_leaks(leaks: list[str], token: str | None) -> None:

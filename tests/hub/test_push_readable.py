@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import pickle
+import re
 import shutil
 import struct
 import tarfile
@@ -34,6 +35,7 @@ import hf_norms
 from hf_norms.errors import OutputFolderError
 from hf_norms.hub.content_checks import scan_file
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
+from hf_norms.hub.upload_files import refuse_token_leaks
 from hf_norms.output_folders.places import resolved
 from hf_norms.redaction import token_forms, tokens_redacted
 
@@ -367,3 +369,17 @@ def test_a_shortened_path_shows_no_part_of_the_token(token: str, side: str) -> N
     message = str(excinfo.value)
     assert "..." in message and "<token>" in message
     assert not [token[i : i + 6] for i in range(len(token) - 5) if token[i : i + 6] in message]
+
+
+@pytest.mark.parametrize("size", [1000, (64 << 20) + 1], ids=["small", "over 64 MiB"])
+def test_the_trainer_upload_check_finds_the_token_compressed_or_in_a_large_file(size: int, tmp_path: Path) -> None:
+    """What the stock Trainer uploads is searched for the token in its bytes and what they decompress to, also in a
+    file too large to read in full."""
+    (tmp_path / "log.z").write_bytes(zlib.compress(f"token {TOKEN}".encode()))
+    with open(tmp_path / "big.bin", "wb") as stream:
+        stream.truncate(size)
+        stream.seek(size - 100)
+        stream.write(TOKEN.encode()[::-1] + TOKEN.encode().hex().encode())
+    for name in ("log.z", "big.bin"):
+        with pytest.raises(CheckpointRefused, match=rf"occurs in \['{re.escape(name)}'\]"):
+            refuse_token_leaks(tmp_path, [name], TOKEN)
