@@ -25,11 +25,14 @@ body was not read is then closed: the server stops writing and discards whatever
 `LINGER_SECONDS`, so the client can read the answer, and nothing of it is kept. Every response header value is written
 with its control and non-ASCII characters escaped, so no text from a request can split a header. URLs in answers are
 built from the address the server is bound to, never from the request's `Host` header. The listen backlog is
-`LISTEN_BACKLOG`, so a burst of clients is queued by the kernel, not reset.
+`LISTEN_BACKLOG`, so a burst of clients is queued by the kernel, not reset. A body larger than `SMALL_BODY_BYTES` (or
+chunked) is read only while it holds one of `max_concurrent_writes` write slots, until its endpoint has answered, so
+memory holds that many large bodies at most; a body that waits longer than `WRITE_WAIT_SECONDS` gets 503, unread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -41,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -58,6 +62,8 @@ logger = logging.getLogger(__name__)
 
 LINGER_SECONDS = 2.0  # how long input is discarded after answering a request whose body was not read
 LISTEN_BACKLOG = 128  # connections the kernel accepts before the server thread takes them (socketserver's is 5)
+SMALL_BODY_BYTES = 1 << 20  # a body up to this size is read at once; a larger one waits for a write slot
+WRITE_WAIT_SECONDS = 120.0  # how long a large body waits for a write slot before it gets 503
 _DISCARD_BYTES = 1 << 16
 _MAX_LINE = 65536  # the longest chunk-size or trailer line read
 _DECIMAL = re.compile(r"[0-9]{1,19}")
@@ -147,8 +153,9 @@ class _Handler(BaseHTTPRequestHandler):
         if injected is not None:
             raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
         request = Request(method, params, parse_qs(url.query), self.headers, self.server.hub)
-        request.read_body = lambda: self._read_body(framing, limit)
-        return found.endpoint(request)
+        with contextlib.ExitStack() as slot:  # a large body's write slot, held until its endpoint has answered
+            request.read_body = lambda: self._read_body(framing, limit, slot)
+            return found.endpoint(request)
 
     def _framing(self) -> _Framing:
         """The body's framing from `Content-Length` / `Transfer-Encoding`; 400 (connection closed) when there is more
@@ -165,12 +172,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse_body(f"Content-Length must be one decimal number of bytes, not {', '.join(lengths)!r}")
         return _Framing(length=int(lengths[0]))
 
-    def _read_body(self, framing: _Framing, limit: int) -> bytes:
+    def _read_body(self, framing: _Framing, limit: int, slot: contextlib.ExitStack) -> bytes:
         """The request body; 400 without reading it when it announces more than `limit` bytes (a chunked body, once
-        it passes the limit)."""
+        it passes the limit). A body larger than `SMALL_BODY_BYTES`, or chunked, is read once it holds one of the
+        hub's write slots (entered on `slot`), so only `max_concurrent_writes` of them are in memory at once."""
         if framing.length > limit:
             self._refuse_body(f"The request body ({framing.length} bytes) is larger than this endpoint's limit "
                               f"of {limit} bytes")  # fmt: skip
+        if framing.chunked or framing.length > SMALL_BODY_BYTES:
+            slot.enter_context(self.server.hub.write_slot())
         self._body_pending = False
         if framing.chunked:
             return self._read_chunked(limit)
@@ -280,7 +290,8 @@ class HubServer:
     temporary folder, removed by `stop()`, when None); `tokens` the bearer tokens accepted, all of them as `user` (the
     default namespace of `create_repo`), or None to accept any non-empty token, each as its own user (`token_user`);
     `port` 0 to pick a free one; `max_body_bytes` the largest request body accepted (a larger one is refused with 400
-    before it is read).
+    before it is read); `max_concurrent_writes` how many bodies larger than `SMALL_BODY_BYTES` are read and stored at
+    once (the others wait, up to `WRITE_WAIT_SECONDS`, then get 503).
     """
 
     def __init__(self, root: str | os.PathLike[str] | None = None, **options: Any) -> None:
@@ -291,6 +302,8 @@ class HubServer:
         self.user = arguments.user or DEFAULT_USER
         self._tokens = None if arguments.tokens is None else frozenset(arguments.tokens)
         self.max_body_bytes = arguments.max_body_bytes
+        self.max_concurrent_writes = arguments.max_concurrent_writes
+        self._write_slots = threading.BoundedSemaphore(arguments.max_concurrent_writes)
         self._port = arguments.port
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -348,6 +361,17 @@ class HubServer:
             env["HF_TOKEN"] = token
         return env
 
+    @contextlib.contextmanager
+    def write_slot(self) -> Iterator[None]:
+        """Hold one of the `max_concurrent_writes` slots for reading and storing a large body; 503 (retry later)
+        when none frees up within `WRITE_WAIT_SECONDS`."""
+        if not self._write_slots.acquire(timeout=WRITE_WAIT_SECONDS):
+            raise HubError(503, f"The hub is storing {self.max_concurrent_writes} other large uploads: retry later")
+        try:
+            yield
+        finally:
+            self._write_slots.release()
+
     # -- auth and failure injection -----------------------------------------------------------------------------
     def user_for(self, token: str) -> str | None:
         """The user `token` authenticates as: `user` for a listed token, `token_user(token)` for any non-empty token
@@ -395,7 +419,8 @@ def serve_forever(arguments: HubArguments) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if arguments.tokens is None and arguments.user is not None:
         logger.warning("--user applies to the tokens given with --token; without them each token is its own user")
-    options = {name: getattr(arguments, name) for name in ("tokens", "port", "user", "max_body_bytes")}
+    names = ("tokens", "port", "user", "max_body_bytes", "max_concurrent_writes")
+    options = {name: getattr(arguments, name) for name in names}
     hub = HubServer(arguments.root, **options).start()
     print(f"HF_ENDPOINT={hub.url}", flush=True)
     try:

@@ -8,10 +8,11 @@
 - `safetensors`: `{"parameters": {dtype: count}, "total": count}` from the headers of the `.safetensors` files at the
   repo's root (the headers only: the weights are never read).
 
-Metadata that does not parse is left out, never an error: a card whose YAML is invalid, is not a mapping, uses a tag
-the safe loader refuses or an alias (`*name`, which could expand a few bytes into gigabytes), or nests deeper than
-`MAX_CARD_DEPTH` has no `cardData`; a safetensors file whose header is malformed gives no `safetensors`. YAML is read
-with PyYAML (a dependency of huggingface_hub and transformers), imported when the first card is read.
+Metadata that cannot be read is left out, never an error: a card whose YAML is invalid, is not a mapping, is larger
+than `MAX_CARD_METADATA_BYTES`, or is refused by `card_yaml` (a tag the safe loader refuses, an alias, too deep, too
+many values) has no `cardData`, and so has a card whose file cannot be read or whose metadata would not write out as
+strict JSON; a safetensors file whose header is malformed gives no `safetensors`, a `config.json` larger than
+`MAX_CONFIG_BYTES` no `model_type`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .card_yaml import read_card_yaml
+
 CARD_FILE = "README.md"
 MAX_CARD_METADATA_BYTES = 1 << 20  # a larger YAML block is ignored
-MAX_CARD_DEPTH = 64  # collections nested deeper are ignored
 MAX_SAFETENSORS_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
+MAX_CONFIG_BYTES = 16 << 20  # a larger config.json gives no model_type
+MAX_TENSOR_VALUES = 1 << 63  # a header with a larger tensor is malformed (and its count would not write as JSON)
 _FRONT_MATTER = re.compile(rb"\A\s*---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 
 
@@ -64,58 +68,31 @@ def model_facts(files: dict[str, dict[str, Any]], blob_path: Callable[[str], Pat
 
 @functools.lru_cache(maxsize=1024)  # blobs are content-addressed: a path's bytes never change
 def card_metadata(readme: Path) -> dict[str, Any] | None:
-    """The YAML metadata of a model card as a JSON-ready mapping, or None when there is none or it does not parse."""
-    with readme.open("rb") as file:
-        head = file.read(MAX_CARD_METADATA_BYTES + 64)
+    """The YAML metadata of a model card as a JSON-ready mapping, or None when there is none or it cannot be read: a
+    stored card never breaks `model_info` or a listing."""
     try:
-        return front_matter(head)
-    except ValueError:
+        with readme.open("rb") as file:
+            metadata = _jsonable(front_matter(file.read(MAX_CARD_METADATA_BYTES + 64)))
+        json.dumps(metadata, allow_nan=False)  # what the answer will hold must write out
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
+    return metadata
 
 
 def front_matter(card: bytes) -> dict[str, Any] | None:
-    """The YAML metadata block at the top of a card's bytes as a JSON-ready mapping; None when the card has none.
-    Raises ValueError, saying why, when the block is too large, does not parse (aliases and over-deep nesting
-    included) or is not a mapping."""
+    """The YAML metadata block at the top of a card's bytes as a mapping of the values YAML reads (`inf` stays `inf`, as
+    the Hub checks it; `card_metadata` turns them into JSON's types); None when the card has none.
+    Raises ValueError, saying why, when the block is too large, does not parse as the Hub parses it (`card_yaml`:
+    aliases, over-deep nesting and too many values included) or is not a mapping."""
     match = _FRONT_MATTER.match(card)
     if match is None:
         return None
     if len(match[1]) > MAX_CARD_METADATA_BYTES:
         raise ValueError(f"the YAML metadata is larger than {MAX_CARD_METADATA_BYTES} bytes")
-    import yaml
-
-    loader = _no_alias_loader(yaml)(match[1].decode("utf-8", errors="replace"))
-    try:
-        value = loader.get_single_data()
-    except yaml.YAMLError as error:
-        raise ValueError(f"the YAML metadata does not parse: {' '.join(str(error).split())}") from None
-    finally:
-        loader.dispose()
+    value = read_card_yaml(match[1].decode("utf-8", errors="replace"))
     if not isinstance(value, dict):
         raise ValueError(f"the YAML metadata must be a mapping of fields, not {type(value).__name__}")
-    return _jsonable(value)
-
-
-@functools.cache
-def _no_alias_loader(yaml: Any) -> type:
-    """PyYAML's safe loader, refusing aliases (`*name`) and collections nested more than `MAX_CARD_DEPTH` deep (which
-    the loader would otherwise follow until Python's recursion limit, slowly)."""
-
-    class CardLoader(yaml.SafeLoader):
-        depth = 0
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                raise yaml.YAMLError("aliases are not accepted in card metadata")
-            if self.depth >= MAX_CARD_DEPTH:
-                raise yaml.YAMLError(f"card metadata nests deeper than {MAX_CARD_DEPTH} levels")
-            self.depth += 1
-            try:
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
-
-    return CardLoader
+    return value
 
 
 @functools.lru_cache(maxsize=1024)
@@ -139,7 +116,10 @@ def parameter_counts(weights: Path) -> dict[str, int] | None:
             continue
         if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or not _is_shape(entry.get("shape")):
             return None
-        counts[entry["dtype"]] = counts.get(entry["dtype"], 0) + math.prod(entry["shape"])
+        count = math.prod(entry["shape"])
+        if count >= MAX_TENSOR_VALUES:
+            return None
+        counts[entry["dtype"]] = counts.get(entry["dtype"], 0) + count
     return counts
 
 
@@ -147,8 +127,10 @@ def parameter_counts(weights: Path) -> dict[str, int] | None:
 def config_model_type(config: Path) -> str | None:
     """The `model_type` of a `config.json`, or None (no such string, or not a JSON object)."""
     try:
+        if config.stat().st_size > MAX_CONFIG_BYTES:
+            return None
         value = json.loads(config.read_bytes())
-    except (ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError):
         return None
     return _string(value.get("model_type")) if isinstance(value, dict) else None
 

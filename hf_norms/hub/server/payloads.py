@@ -7,9 +7,10 @@ code that would fail on it (a 500). Standard library only.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from ...errors import HubError
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FORBIDDEN_FOLDERS = (".git", ".cache")  # huggingface_hub refuses to commit into these
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _FLAG_VALUES = {"1": True, "true": True, "0": False, "false": False}
 _KIND_NAMES = {str: "a string", bool: "true or false", list: "a list", dict: "an object", int: "a whole number"}
 
@@ -75,9 +77,15 @@ def check_repo_path(path: Any) -> str:
     return path
 
 
+def valid_name(value: Any) -> bool:
+    """A namespace, user, repo, branch or tag name: letters, digits, `.`, `_`, `-`, starting with a letter or a digit,
+    at most 96 characters, no `..`."""
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None and ".." not in value
+
+
 def check_name(value: Any, what: str) -> str:
-    """Validate a namespace, repo, branch or tag name (letters, digits, `.`, `_`, `-`, no `..`); returns it."""
-    if not isinstance(value, str) or not _NAME_RE.fullmatch(value) or ".." in value:
+    """Validate a namespace, repo, branch or tag name (`valid_name`); returns it."""
+    if not valid_name(value):
         raise bad_request(f"Invalid {what}: {value!r}")
     return value
 
@@ -95,7 +103,7 @@ def split_repo_id(value: Any, what: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def load_json_object(data: bytes, what: str) -> dict[str, Any]:
+def load_json_object(data: bytes | str, what: str) -> dict[str, Any]:
     """`data` parsed as a JSON object; 400 (naming `what`) when it is not JSON or not an object (a list, a number)."""
     try:
         value = json.loads(data)
@@ -160,14 +168,12 @@ def query_count(query: dict[str, list[str]], name: str) -> int | None:
 
 def parse_commit_payload(body: bytes) -> tuple[dict[str, Any], list[CommitOp]]:
     """Parse the ndjson body of `POST .../commit/{rev}` into its header value and operations; 400 for any line that is
-    not a JSON object `{"key": ..., "value": {...}}` with the fields its key needs."""
+    not a JSON object `{"key": ..., "value": {...}}` with the fields its key needs. Lines are parsed one at a time and
+    each file's base64 text is dropped once decoded, so the body is held once, beside the decoded files."""
     header: dict[str, Any] = {}
     operations: list[CommitOp] = []
-    for number, line in enumerate(body.splitlines(), start=1):
-        if not line.strip():
-            continue
-        item = load_json_object(line, f"Commit line {number}")
-        key, value = item.get("key"), item.get("value")
+    for number, item in _commit_items(body):
+        key, value = item.pop("key", None), item.pop("value", None)
         if not isinstance(value, dict):
             raise bad_request(f"Commit line {number} needs an object 'value'")
         if key == "header":
@@ -188,6 +194,25 @@ def parse_commit_payload(body: bytes) -> tuple[dict[str, Any], list[CommitOp]]:
     return header, operations
 
 
+def _commit_items(body: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The line numbers and JSON objects of an ndjson body's non-blank lines, each line decoded straight from the
+    body (no copy of its bytes) and freed once parsed."""
+    view, start, number = memoryview(body), 0, 0
+    while start < len(body):
+        end = body.find(b"\n", start)
+        end = len(body) if end < 0 else end
+        number += 1
+        try:
+            line = str(view[start:end], "utf-8")
+        except UnicodeDecodeError as err:
+            raise bad_request(f"Commit line {number} is not valid JSON: {err}") from None
+        start = end + 1
+        if line.strip():
+            item = load_json_object(line, f"Commit line {number}")
+            del line  # not held while the caller decodes the file in it
+            yield number, item
+
+
 def _commit_header(value: dict[str, Any], number: int) -> dict[str, Any]:
     """The commit header: a non-empty string `summary`, and `description`/`parentCommit` strings when present."""
     if not isinstance(value.get("summary"), str) or not value["summary"]:
@@ -199,13 +224,16 @@ def _commit_header(value: dict[str, Any], number: int) -> dict[str, Any]:
 
 
 def _decode_content(value: dict[str, Any], path: str, number: int) -> bytes:
-    """The bytes of a `file` line: its `content` in strict base64 (any other character, or bad padding, is a 400)."""
+    """The bytes of a `file` line: its `content` in strict base64 (any other character, or bad padding, is a 400),
+    taken out of `value` so that the text is freed once decoded."""
     if value.get("encoding", "base64") != "base64":
         raise bad_request(f"Unsupported encoding {value['encoding']!r} for {path!r}: send base64")
-    content = value.get("content")
+    content = value.pop("content", None)
     if not isinstance(content, str):
         raise bad_request(f"The content of {path!r} (line {number}) must be a base64 string")
-    try:
-        return base64.b64decode(content, validate=True)
+    try:  # base64.b64decode(validate=True), without its ASCII copy of the text
+        if not _BASE64.fullmatch(content):
+            raise binascii.Error("Non-base64 digit found")
+        return binascii.a2b_base64(content)
     except ValueError as err:  # binascii.Error is a ValueError
         raise bad_request(f"The content of {path!r} (line {number}) is not valid base64: {err}") from None

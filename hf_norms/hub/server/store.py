@@ -63,7 +63,9 @@ def now() -> str:
 
 def git_blob_sha1(content: bytes) -> str:
     """The git object id of a blob with `content` (what the Hub reports as `oid`/`ETag` for non-LFS files)."""
-    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+    digest = hashlib.sha1(b"blob %d\0" % len(content))
+    digest.update(content)  # not `header + content`: that would copy the content
+    return digest.hexdigest()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -216,8 +218,8 @@ class RepoStore:
         return None if first is None else (first.parts[-3], _read_json(first)["author"])
 
     # -- writes -------------------------------------------------------------------------------------------------
-    def _put_blob(self, content: bytes) -> str:
-        oid = git_blob_sha1(content)
+    def _put_blob(self, content: bytes, oid: str | None = None) -> str:
+        oid = oid or git_blob_sha1(content)
         path = self.blob_path(oid)
         if not path.exists():
             _atomic_write(path, content)
@@ -316,8 +318,8 @@ class RepoStore:
             for op in operations:
                 _apply(files, op, blobs)
             check_tree(files)
-            for content in blobs.values():
-                self._put_blob(content)
+            for oid, content in blobs.items():
+                self._put_blob(content, oid)
             sha = self._write_commit(repo, [head], files, title, message, author)
             if create_pr:
                 kind, name = "pulls", str(1 + max(map(int, refs["pulls"]), default=0))

@@ -23,17 +23,26 @@ from .payloads import (
 from .store import DEFAULT_BRANCH, REPO_TYPES, RepoRef, forbidden
 
 VISIBILITIES = ("public", "private")
+MAX_YAML_MESSAGES = 100  # errors (and warnings) /api/validate-yaml lists at most
+MAX_MESSAGE_CHARACTERS = 500
 
 
 def validate_yaml(request: Request) -> Response:
-    """Check a card's metadata as the Hub does (`card_rules`): 400 listing the errors, else 200 with the warnings.
-    huggingface_hub sends each README.md it uploads here first and refuses the upload on a 400."""
+    """Check a card's metadata as the Hub does (`card_rules`): 400 listing the errors (the first `MAX_YAML_MESSAGES`,
+    each cut to `MAX_MESSAGE_CHARACTERS`), else 200 with the warnings. huggingface_hub sends each README.md it uploads
+    here first and refuses the upload on a 400."""
     body = request.json_body()
     content = json_field(body, "content", str, required=True)
     repo_type = _repo_type(body, "repoType")
     errors, warnings = card_problems(content, repo_type)
-    payload = {"errors": [{"message": m} for m in errors], "warnings": [{"message": m} for m in warnings]}
+    payload = {name: [{"message": _bounded(m)} for m in messages[:MAX_YAML_MESSAGES]]
+               for name, messages in (("errors", errors), ("warnings", warnings))}  # fmt: skip
     return Response(400 if errors else 200, payload)
+
+
+def _bounded(message: str) -> str:
+    """A message cut to `MAX_MESSAGE_CHARACTERS` (one may quote a whole field's value)."""
+    return message if len(message) <= MAX_MESSAGE_CHARACTERS else message[: MAX_MESSAGE_CHARACTERS - 3] + "..."
 
 
 def _repo_type(body: dict, name: str = "type") -> str:
