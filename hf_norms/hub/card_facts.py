@@ -19,6 +19,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard
 
+from .. import packaged
 from ..conversion.sources import sentence_transformers_max_length
 from ..models.norm_options import NormOptions
 from ..models.norm_registry import STOCK
@@ -268,34 +269,68 @@ def looks_like_repo_id(value: str | None) -> bool:
 HUB_CACHE_SNAPSHOT = re.compile(r"(?:^|/)models--([\w.-]+?)--([\w.-]+)/snapshots/[^/]+/?$")
 
 
-def source_lineage(source: str) -> dict[str, Any]:
-    """What the card of a model trained from `source` (a Hub id or a local folder) takes from it: `base_model`,
-    `license`, `language`, each only where a file says it.
+def trained_on(own_card: dict[str, Any]) -> str | None:
+    """What a Trainer run in this folder evaluated on, as the card hf-norms wrote at its end names it: the dataset name
+    of its model-index results (None when the card has none)."""
+    entries = own_card.get("model-index")
+    for entry in entries if isinstance(entries, list) else []:
+        results = entry.get("results") if isinstance(entry, dict) else None
+        for result in results if isinstance(results, list) else []:
+            dataset = result.get("dataset") if isinstance(result, dict) else None
+            if isinstance(dataset, dict) and isinstance(dataset.get("name"), str):
+                return dataset["name"]
+    return None
 
-    The base model is `source` itself when it is a Hub id or a snapshot of one in the Hugging Face cache
-    (`.../models--ORG--NAME/snapshots/REV`), else what the folder's card (README.md metadata) or conversion report
-    names as its source. License and language come from the folder's card, else from the card beside its conversion
-    report's source; a Hub id's card is read only when it is in the cache.
+
+def as_id_list(value: Any) -> list[str]:
+    """A card's `datasets` (a string or a list) as a list of strings."""
+    values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return [item for item in values if isinstance(item, str)]
+
+
+def source_lineage(
+    source: str, publishing_to: str | None = None, token: str | None = None, endpoint: str | None = None
+) -> dict[str, Any]:
+    """What the card of a model trained from `source` (a Hub id or a local folder) takes from it: `base_model`,
+    `license`, `language` and the `datasets` its weights were trained on, each only where a file says it.
+
+    The base model is `source` itself when it is a Hub id, a snapshot of one in the Hugging Face cache
+    (`.../models--ORG--NAME/snapshots/REV`) or a packaged checkpoint, else what the folder's card (README.md metadata)
+    or conversion report names as its source; when `source` is the repo being published to (`publishing_to`: a model
+    loaded from `org/x` pushed back to `org/x`), it is what that repo's card names. License and language come from the
+    folder's card, else from the card beside its conversion report's source. A Hub id's card is read from the cache,
+    or, when publishing (`publishing_to`, with `token`), from the Hub at `endpoint` (default: HF_ENDPOINT).
     """
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import EntryNotFoundError
 
     folder = Path(source)
     cached = HUB_CACHE_SNAPSHOT.search(folder.resolve().as_posix()) if folder.is_dir() else None
     hub_id = source if looks_like_repo_id(source) else (f"{cached[1]}/{cached[2]}" if cached else None)
+    hub_id = hub_id or (packaged.hub_id_of(folder) if folder.is_dir() else None)
     card_path = folder / "README.md" if folder.is_dir() else None
     if hub_id and not folder.is_dir():
         found = try_to_load_from_cache(hub_id, "README.md")
+        if not isinstance(found, str) and publishing_to:
+            try:
+                found = hf_hub_download(hub_id, "README.md", token=token, endpoint=endpoint)
+            except (OSError, EntryNotFoundError):  # no card, or the Hub cannot be reached: nothing is inherited
+                found = None
         card_path = Path(found) if isinstance(found, str) else None
     card = card_metadata_of(card_path)
     report = read_json(folder / REPORT_NAME) if folder.is_dir() and (folder / REPORT_NAME).is_file() else None
     inherited = source_card_data(report)
     report_source = (report or {}).get("source")
-    return {
-        "base_model": hub_id
+    base_model = (
+        (hub_id if hub_id != publishing_to else None)
         or card.get("base_model")
-        or (report_source if looks_like_repo_id(report_source) else inherited.get("base_model")),
+        or (report_source if looks_like_repo_id(report_source) else inherited.get("base_model"))
+    )
+    return {
+        "base_model": base_model if base_model != publishing_to else None,
         "license": card.get("license") or inherited.get("license"),
         "language": card.get("language") or inherited.get("language"),
+        "datasets": as_id_list(card.get("datasets")) or None,
     }
 
 
@@ -346,6 +381,14 @@ def report_datasets(report: dict[str, Any] | None) -> list[str]:
     return list(dict.fromkeys(hub_id for hub_id in ids if hub_id))
 
 
+def base_model_of(named: str | None, source: str | None, repo_id: str) -> str | None:
+    """The card's `base_model`: the one given or named by the folder's card, else the report's source where it is a Hub
+    id or a packaged checkpoint (`packaged.hub_id_of`); never the repo the card is published to."""
+    if not named and source:
+        named = source if looks_like_repo_id(source) else packaged.hub_id_of(source) if Path(source).is_dir() else None
+    return named if named != repo_id else None
+
+
 def gather_card_facts(
     folder: str | Path, repo_id: str, card: CardArguments | None = None, custom_code: Sequence[str] = ()
 ) -> CardFacts:
@@ -355,10 +398,11 @@ def gather_card_facts(
     `custom_code` names the published files that are or name code not hf-norms' own (the card then says to load with
     `trust_remote_code=False`).
 
-    `base_model`, license and language default to what the folder's own README.md metadata says (the card hf-norms
-    writes at the end of a Trainer run names them, from `source_lineage`); else license and language to the source
-    checkpoint's README.md metadata when the report names a local source that has one, and `base_model` to the
-    report's source when that is a Hub id. Neither a license nor a language is ever assumed.
+    `base_model`, license, language, datasets and what a Trainer run trained on default to what the folder's own
+    README.md metadata says (the card hf-norms writes at the end of a Trainer run names them, from `source_lineage`),
+    so a push keeps them; else license and language to the source checkpoint's README.md metadata when the report names
+    a local source that has one, and `base_model` to the report's source when that is a Hub id or a packaged
+    checkpoint (`base_model_of`: never `repo_id` itself). Neither a license nor a language is ever assumed.
     """
     card = card or CardArguments()
     folder = Path(folder)
@@ -374,10 +418,11 @@ def gather_card_facts(
     own = card_metadata_of(folder / "README.md")
     inherited = {**source_card_data(report), **{key: own[key] for key in ("license", "language") if own.get(key)}}
     source = (report or {}).get("source")
-    training = read_training_facts(folder, data_name(card.training_dataset) if card.training_dataset else None)
+    training_dataset = card.training_dataset or trained_on(own)
+    training = read_training_facts(folder, data_name(training_dataset) if training_dataset else None)
     architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
     embeddings = sentence_transformers_model(folder, architecture)  # else a head: transformers' model of its task
-    all_datasets = [*(card.datasets or []), *report_datasets(report)]
+    all_datasets = [*(card.datasets or []), *as_id_list(own.get("datasets")), *report_datasets(report)]
     if training is not None and hub_dataset(training.dataset):
         all_datasets.append(hub_dataset(training.dataset))
     return CardFacts(
@@ -386,7 +431,7 @@ def gather_card_facts(
         architecture=architecture,
         norm_type=config.get("norm_type", STOCK),
         norm_options=non_default_norm_options(config),
-        base_model=card.base_model or own.get("base_model") or (source if looks_like_repo_id(source) else None),
+        base_model=base_model_of(card.base_model or own.get("base_model"), source, repo_id),
         license=card.license or inherited.get("license"),
         language=card.language or inherited.get("language"),
         datasets=list(dict.fromkeys(all_datasets)),

@@ -57,8 +57,9 @@ def push_model(model: Any, repo_id: str, *, max_shard_size: int | str | None = "
         options["token"] = None
     options["private"] = bool(options.get("private"))
     loaded_from = str(getattr(model, "name_or_path", "") or "")
-    lineage = source_lineage(loaded_from) if loaded_from else {}
-    defaults = {key: value for key, value in lineage.items() if value and value != repo_id}
+    given = push_arguments("model.push_to_hub()", folder=".", repo_id=repo_id, **options)  # before any request
+    lineage = source_lineage(loaded_from, repo_id, given.token, given.endpoint) if loaded_from else {}
+    defaults = {key: value for key, value in lineage.items() if value}
     arguments = push_arguments("model.push_to_hub()", folder=".", repo_id=repo_id, **{**defaults, **options})
     with tempfile.TemporaryDirectory(prefix="hf-norms-model-push-") as staging:
         model.save_pretrained(staging, max_shard_size=max_shard_size)

@@ -167,6 +167,15 @@ def test_exact_conversion_card(sepnorm_exact, minilm_dir, tmp_path):
     assert ModelCard.load(tmp_path / "README.md").data.to_dict() == data
 
 
+def test_the_base_model_of_a_packaged_source_is_its_hub_id_and_never_the_repo_itself(sepnorm_exact):
+    """Before, a conversion of the packaged MiniLM named no base model unless --base-model was given."""
+    folder, _ = sepnorm_exact
+    assert model_card_for_folder(folder, "org/minilm-sepnorm").data.base_model == MINILM_ID
+    assert model_card_for_folder(folder, MINILM_ID).data.base_model is None
+    assert hf_norms.packaged.hub_id_of(hf_norms.packaged.dinov2_small_path()) == "facebook/dinov2-small"
+    assert hf_norms.packaged.hub_id_of(folder) is None
+
+
 def test_healed_dyt_card_is_a_finetune_with_the_post_ln_caveat(dyt_healed):
     folder, report = dyt_healed
     naive, healed = (report["stages"][stage]["end_to_end"] for stage in ("naive", "healed"))

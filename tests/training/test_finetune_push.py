@@ -50,6 +50,7 @@ def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, m
         commit_url = f"{hub.url}/{REPO_ID}/commit/{commits[0].commit_id}"
         found = [model.id for model in api.list_models(pipeline_tag="text-classification")]
         by_id = run_pipeline(hub, tmp_path, env)
+        republished = republish(hub, output, tmp_path, env)
 
     assert [commit.title for commit in commits[:-1]] == ["End of training"]  # one commit after the repo's first
     training = done.stderr[done.stderr.index("0/3 [") : done.stderr.rindex("3/3 [")]  # the Trainer's bar, 3 steps
@@ -81,10 +82,45 @@ def test_finetune_push_to_hub_publishes_the_finished_model_once(tiny_bert_dir, m
     assert by_id["task"] == "text-classification"
     assert by_id["label"] == by_id["local_label"] and abs(by_id["score"] - by_id["local_score"]) <= 1e-5
 
+    assert card["datasets"] == ["SetFit/bbc-news"]
+    # `hf-norms push` of the output folder (README's tour) and `model.push_to_hub` of the model loaded from the repo,
+    # back to it, keep what the card says: datasets, model-index, license, language and the real base model
+    for again in republished:
+        assert {key: again.get(key) for key in KEPT} == {key: card.get(key) for key in KEPT}, again
+    # the folder's Trainer results are the model-index of `hf-norms push`; a model pushed from memory claims none
+    assert republished[0]["model-index"][0]["results"] == card["model-index"][0]["results"]
+    assert "model-index" not in republished[1]
+
     forms = token_forms(TOKEN)
     holding = [p.name for p in published.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
     assert holding == []
     assert not [form for form in text_token_forms(TOKEN) if form in done.stdout + done.stderr]
+
+
+KEPT = ("datasets", "license", "language", "base_model", "pipeline_tag")
+PUSH_BACK = """
+import hf_norms
+from transformers import AutoModelForSequenceClassification
+AutoModelForSequenceClassification.from_pretrained(REPO_ID).push_to_hub(REPO_ID, token=TOKEN)
+"""
+
+
+def republish(hub, output: Path, tmp_path: Path, env: dict[str, str]) -> list[dict]:
+    """The card metadata after `hf-norms push org/again OUTPUT`, and after pushing the model loaded from REPO_ID back to
+    REPO_ID (before, both lost datasets and model-index; the second named REPO_ID as its own base model and dropped
+    license and language)."""
+    cards = []
+    pushed = subprocess.run([str(HF_NORMS_SCRIPT), "push", "org/again", str(output), "--token", TOKEN], env=env,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    code = PUSH_BACK.replace("REPO_ID", repr(REPO_ID)).replace("TOKEN", repr(TOKEN))
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "HF_HOME": str(tmp_path / "other-home")},
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for repo_id in ("org/again", REPO_ID):
+        folder = snapshot_download(repo_id, endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / f"again-{len(cards)}")
+        cards.append(ModelCard.load(Path(folder) / "README.md").data.to_dict())
+    return cards
 
 
 PIPELINE_BY_ID = """
