@@ -33,6 +33,7 @@ from ..readers import read_json
 from .option_values import read_value
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
+ONE_MODEL = "Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type (train from scratch)."
 
 
 @dataclass
@@ -84,9 +85,7 @@ class ModelArguments:
 
     def __post_init__(self) -> None:
         if (self.model_name_or_path is None) == (self.model_type is None):
-            raise FinetuneInputError(
-                "Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type (train from scratch)."
-            )
+            raise FinetuneInputError(ONE_MODEL)
 
 
 @dataclass
@@ -227,12 +226,15 @@ def _yaml(text: str) -> Any:
 
 
 def check_command_line(argv: list[str]) -> None:
-    """Check the `CHECKED_VALUES` that `argv` (the arguments of `hf-norms finetune`, or one file of them) gives, before
-    transformers is imported: `--name value` or `--name=value`, in either spelling, the last one counting."""
+    """Check the `CHECKED_VALUES` that `argv` (the arguments of `hf-norms finetune`, or one file of them) gives, and
+    that it names one model (a checkpoint or a model type), before the fine-tuning code (datasets, the Trainer) is
+    imported: `--name value` or `--name=value`, in either spelling, the last one counting."""
     path = arguments_file(argv)
     if path is not None:
         options = read_arguments_file(path)
         check_values(options)
+        if (options.get("model_name_or_path") is None) == (options.get("model_type") is None):
+            raise FinetuneInputError(ONE_MODEL)
         check_model_path(options.get("model_name_or_path"))
         return
     unknown = [argument.split("=")[0] for argument in argv if argument.startswith("--")
@@ -253,6 +255,9 @@ def check_command_line(argv: list[str]) -> None:
         except ValueError:
             raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
     check_values(values)
+    options = {argument[2:].partition("=")[0].replace("-", "_") for argument in argv if argument.startswith("--")}
+    if len(options & {"model_name_or_path", "model_type"}) != 1 and "help_all" not in options:
+        raise FinetuneInputError(ONE_MODEL)
     check_model_path(option_value(argv, "model_name_or_path"))
 
 
