@@ -145,7 +145,9 @@ class Findings:
         """What an archive or compressed stream `data` unpacks to; None when it is neither (text that starts like a
         zlib header, `x^2`, and does not decompress is text)."""
         if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
-            return zip_members(data, self.budget)
+            members, headers = zip_members(data, self.budget)
+            self.search_secrets(headers, "its zip headers: names, extra fields and comments")
+            return members
         if not is_text and len(data) >= 512 and is_tar(data):
             return tar_members(data, self.budget)
         decompress = decompressor_of(data[:16])
@@ -319,8 +321,8 @@ def json_strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 def is_pickle(data: bytes, cut: bool = False) -> bool:
-    """Whether `data` starts with a pickle: opcodes that parse, with a consistent stack, to a STOP (whatever follows
-    it, which pickle.load ignores); `cut` (the first bytes of a larger file): a protocol 2-5 header and two more
+    """Whether `data` starts with a pickle: three or more opcodes that parse, with a consistent stack, to a STOP
+    (whatever follows it, which pickle.load ignores); `cut` (the first bytes of a larger file): a protocol 2-5 header and two more
     opcodes that parse."""
     if cut:
         if not (len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5):
@@ -331,6 +333,7 @@ def is_pickle(data: bytes, cut: bool = False) -> bool:
             return False
     try:
         pickletools.dis(io.BytesIO(data), out=io.StringIO())
+        opcodes = sum(1 for _ in pickletools.genops(io.BytesIO(data)))
     except Exception:  # not a pickle: an opcode that does not parse, a stack that does not add up, no STOP
         return False
-    return True
+    return opcodes >= 3  # `N.` (None) and `I1\n.` (1), as a text may start, load no code

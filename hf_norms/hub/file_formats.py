@@ -18,6 +18,7 @@ import io
 import json
 import lzma
 import re
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -186,27 +187,42 @@ def varint(data: bytes, position: int) -> tuple[int, int]:
     raise Unreadable("a protocol buffer cut short")
 
 
-def zip_members(data: bytes, budget: int) -> Parts:
-    """Every member of a zip archive that starts at its first byte and ends with its directory's end record."""
-    comment = data.rfind(b"PK\x05\x06")
-    if (
-        not data.startswith(b"PK\x03\x04")
-        or comment < 0
-        or comment + 22 + int.from_bytes(data[comment + 20 : comment + 22], "little") != len(data)
-    ):
-        raise Unreadable("a zip archive with bytes before or after its members")
-    members = []
+def zip_members(data: bytes, budget: int) -> tuple[Parts, bytes]:
+    """(every member of a zip archive, the bytes of its headers and directory: names, extra fields, comments), for an
+    archive whose members and directory cover it from its first byte to its end record's comment, with no gap."""
+    end = data.rfind(b"PK\x05\x06")
+    if end < 0 or end + 22 + int.from_bytes(data[end + 20 : end + 22], "little") != len(data):
+        raise Unreadable("a zip archive with bytes after its end record")
+    members, headers, covered = [], [], 0
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            for info in archive.infolist():
+            for info in sorted(archive.infolist(), key=lambda info: info.header_offset):
                 if info.flag_bits & 1:
                     raise Unreadable(f"an encrypted zip member ({info.filename})")
+                if info.header_offset != covered:
+                    raise Unreadable("a zip archive with bytes before or between its members")
+                covered = member_end(data, info)
+                headers.append(data[info.header_offset : covered - info.compress_size])
                 with archive.open(info) as member:
                     members.append((info.filename, member.read(budget + 1)))
                 budget -= len(members[-1][1])
+            directory_end = archive.start_dir + int.from_bytes(data[end + 12 : end + 16], "little")
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, zlib.error, lzma.LZMAError) as error:
         raise Unreadable(f"a zip archive that does not unpack ({error})") from None
-    return members
+    if covered != archive.start_dir or not 0 <= end - directory_end <= 76:  # 76: the zip64 end record and locator
+        raise Unreadable("a zip archive with bytes between its members and its directory")
+    return members, b"".join(headers) + data[archive.start_dir :]
+
+
+def member_end(data: bytes, info: zipfile.ZipInfo) -> int:
+    """Where the zip member `info` ends: its local header, name, extra field, data and data descriptor."""
+    start = info.header_offset
+    name_length, extra_length = struct.unpack("<HH", data[start + 26 : start + 30])
+    end = start + 30 + name_length + extra_length + info.compress_size
+    if info.flag_bits & 8:  # a data descriptor: CRC and sizes (8 bytes each with zip64), after an optional signature
+        end += 4 if data[end : end + 4] == b"PK\x07\x08" else 0
+        end += 20 if info.file_size >= 0xFFFFFFFF or info.compress_size >= 0xFFFFFFFF else 12
+    return end
 
 
 def tar_members(data: bytes, budget: int) -> Parts:

@@ -181,7 +181,7 @@ def screen_files(
                 "the card then names it)"
             )
         if reason is None and findings.unread is not None:  # asked for: its bytes as they are
-            findings.holds_token = holds_token(folder / name, needles)
+            findings.holds_token = findings.holds_token or holds_token(folder / name, needles)
         if reason is not None and name in essential:
             refusals.append(f"{name} {reason}")
         elif reason is not None:

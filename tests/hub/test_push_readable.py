@@ -20,6 +20,7 @@ import struct
 import tarfile
 import tempfile
 import time
+import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -151,7 +152,9 @@ UNREAD: dict[str, tuple[str, Callable[[], bytes], str]] = {
     ".json that is not JSON": ("notes.json", lambda: b'{"a": 1,', "not valid JSON"),
     "tar with bytes after its end": ("more.tar", lambda: v7_tar({"a.txt": b"x"}) + b"\1" * 600, "cannot read all of it"),
     "a key in a PNG text chunk": ("chart.png", lambda: png(b"Comment\0" + KEY.encode()), "private key (its tEXt chunk)"),
-    "a secret in a zip member's name": ("names.zip", lambda: zip_bytes({f"keys/{GITHUB_TOKEN}.txt": b"x"}), "(the name of keys/"),
+    "a key hidden between zip members": ("gap.zip", lambda: zip_with_gap(KEY.encode("utf-16")), "between its members"),
+    "a key in a zip comment": ("comment.zip", lambda: zip_bytes({"a.txt": b"x"}, comment=KEY.encode()), "private key (its zip headers"),
+    "a secret in a zip member's name": ("names.zip", lambda: zip_bytes({f"keys/{GITHUB_TOKEN}.txt": b"x"}), "(its zip headers: names"),
 }  # fmt: skip
 # read in full and published
 READABLE: dict[str, Callable[[], bytes]] = {
@@ -163,18 +166,40 @@ READABLE: dict[str, Callable[[], bytes]] = {
     "stats.npy": lambda: npy_bytes(np.arange(6.0)),
     "more.safetensors": safetensors_bytes,
     "table.csv": lambda: b"step,loss\n1,0.5\n2,0.25\n",
+    "nb.md": lambda: b"N.B. a text that starts as a pickle of None would\n",
+    "empty.zip": lambda: zip_bytes({}),
     "bundle.tar": lambda: v7_tar({"a.txt": b"notes", "b.json": b"{}"}),
 }
 
 
-def zip_bytes(members: dict[str, bytes]) -> bytes:
-    import zipfile
-
+def zip_bytes(members: dict[str, bytes], comment: bytes = b"") -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for name, data in members.items():
             archive.writestr(name, data)
+        archive.comment = comment
     return buffer.getvalue()
+
+
+def zip_with_gap(hidden: bytes) -> bytes:
+    """A zip of two members with `hidden` between them, every offset of its directory moved past it."""
+    first = zip_bytes({"a.txt": b"notes"})
+    directory = first.rfind(b"PK\x01\x02")
+    local = first[:directory]
+    second = zip_bytes({"a.txt": b"notes", "b.txt": b"more"})
+    second_start = second.find(b"PK\x03\x04", 1)
+    data = bytearray(local + hidden + second[second_start:])
+    shift = len(hidden)
+    position = data.find(b"PK\x01\x02")
+    while position >= 0:  # each directory entry's local header offset, after the first
+        offset = struct.unpack("<I", data[position + 42 : position + 46])[0]
+        if offset:
+            data[position + 42 : position + 46] = struct.pack("<I", offset + shift)
+        position = data.find(b"PK\x01\x02", position + 4)
+    end = data.rfind(b"PK\x05\x06")
+    start_dir = struct.unpack("<I", data[end + 16 : end + 20])[0]
+    data[end + 16 : end + 20] = struct.pack("<I", start_dir + shift)
+    return bytes(data)
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
