@@ -22,7 +22,7 @@ from ..models.norm_registry import STOCK
 from ..output_folders import move_aside
 from ..readers import read_json_object
 from .config_checks import check_source_config
-from .trainer_state import check_optimizer_files, check_trainer_state
+from .trainer_state import check_trainer_state, check_training_files
 
 logger = logging.getLogger(__name__)
 
@@ -306,8 +306,8 @@ def _header_entry(path: Path, name: str, info) -> tuple[tuple[int, ...], int, in
 def check_trainer_checkpoint(checkpoint: Path, model) -> None:
     """Refuse to resume from a Trainer `checkpoint` folder that is not `model`'s: a `trainer_state.json` that is not a
     state the Trainer saved (`trainer_state`), weights that are truncated or corrupt or do not have `model`'s tensor
-    names and shapes (another norm_type's, another size's), a config whose norms differ, or an optimizer or scheduler
-    file that is not a torch state of this model's training."""
+    names and shapes (another norm_type's, another size's), a config whose norms differ, or an optimizer, scheduler
+    or random state file that is not a torch state of this model's training."""
     fix = "remove that checkpoint folder, or start again without resuming"
     check_trainer_state(checkpoint / "trainer_state.json", fix)
     config = read_json_object(checkpoint / "config.json", fix)
@@ -330,7 +330,7 @@ def check_trainer_checkpoint(checkpoint: Path, model) -> None:
             f"{checkpoint} does not hold this model's weights ({listing_of(wrong, 'unexpected or of another shape')}"
             f"{'; ' if wrong and missing else ''}{listing_of(missing, 'missing')}): it belongs to another run; {fix}."
         )
-    check_optimizer_files(checkpoint, model, fix)
+    check_training_files(checkpoint, model, fix)
 
 
 def trainer_checkpoints(folder: Path) -> dict[int, Path]:

@@ -1,19 +1,22 @@
 """The checks of a Trainer checkpoint's own files before a run resumes from it (`heal --resume`, `finetune
 --resume_from_checkpoint`): its `trainer_state.json` must be a state the Trainer restores as it was saved (only
 `TrainerState`'s fields, each of its type and range, a step within its run, callback states `TrainerControl` takes),
-and its optimizer and scheduler files torch states that load without running pickled code (`weights_only=True`),
-the optimizer's for as many parameters as the model trains. Each failure is one `ConversionError` line, so a tampered
-checkpoint never reaches the Trainer's raw `TypeError`, a run of 0 steps claiming step 10**18, or unpickled code.
+and its optimizer, scheduler and random state files torch states that load without running pickled code
+(`weights_only=True`), the optimizer's for as many parameters as the model trains. Each failure is one
+`ConversionError` line, so a tampered checkpoint never reaches the Trainer's raw `TypeError`, a run of 0 steps
+claiming step 10**18, or unpickled code.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import reprlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from transformers.trainer_callback import TrainerControl, TrainerState
@@ -101,20 +104,24 @@ def check_trainer_state(path: Path, fix: str) -> dict[str, Any]:
     return state
 
 
-def load_torch_state(path: Path, fix: str) -> Any:
+def load_torch_state(path: Path, fix: str, allowed: tuple = ()) -> Any:
     """What the torch file `path` holds, loaded as the Trainer loads it but never running pickled code
-    (`weights_only=True`) and mapped rather than read (`mmap=True`); one line ending in `fix` when it does not load."""
+    (`weights_only=True`, with the classes `allowed` besides torch's own) and mapped rather than read (`mmap=True`);
+    one line ending in `fix` when it does not load."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # torch raises many kinds (UnpicklingError, RuntimeError, ...) for a broken file
         raise ConversionError(
             f"{path} is not a torch state that loads without running code ({type(error).__name__}); {fix}."
         ) from None
 
 
-def check_optimizer_files(checkpoint: Path, model: nn.Module, fix: str) -> None:
+def check_training_files(checkpoint: Path, model: nn.Module, fix: str) -> None:
     """Refuse a checkpoint's `optimizer.pt` that is not a torch optimizer state for as many parameters as `model`
-    trains, or a `scheduler.pt` that is not a torch state, in one line ending in `fix`; either may be absent."""
+    trains, a `scheduler.pt` that is not a torch state, or random states that do not load (`check_random_states`), in
+    one line ending in `fix`; each may be absent."""
+    check_random_states(checkpoint, fix)
     optimizer = checkpoint / "optimizer.pt"
     if optimizer.exists():
         state = load_torch_state(optimizer, fix)
@@ -131,3 +138,23 @@ def check_optimizer_files(checkpoint: Path, model: nn.Module, fix: str) -> None:
     scheduler = checkpoint / "scheduler.pt"
     if scheduler.exists() and not isinstance(load_torch_state(scheduler, fix), dict):
         raise ConversionError(f"{scheduler} is not a torch state of a learning-rate scheduler; {fix}.")
+
+
+# What a random state file holds besides torch's own types: numpy's generator state, an array of one dtype
+NUMPY_CORE = np._core if hasattr(np, "_core") else np.core  # numpy 2 renamed it
+NUMPY_STATE = (np.ndarray, np.dtype, type(np.dtype(np.uint32)), NUMPY_CORE.multiarray._reconstruct)
+
+
+def check_random_states(checkpoint: Path, fix: str) -> None:
+    """Refuse a checkpoint's `rng_state.pth` (`rng_state_N.pth` per process) that does not load as the Trainer loads it
+    or whose Python, numpy and CPU torch states do not set a generator of their kind, in one line ending in `fix`."""
+    for path in sorted(checkpoint.glob("rng_state*.pth")):
+        state = load_torch_state(path, fix, NUMPY_STATE)
+        try:
+            random.Random().setstate(state["python"])
+            np.random.RandomState().set_state(state["numpy"])
+            torch.Generator().set_state(state["cpu"])
+        except (TypeError, ValueError, KeyError, IndexError, RuntimeError):
+            raise ConversionError(
+                f"{path} is not the random state of Python, numpy and torch that a Trainer saves; {fix}."
+            ) from None

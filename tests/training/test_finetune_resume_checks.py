@@ -82,6 +82,16 @@ def scheduler_junk(checkpoint: Path) -> None:
     (checkpoint / "scheduler.pt").write_bytes(b"PK\x03\x04 junk")
 
 
+def rng_junk(checkpoint: Path) -> None:
+    (checkpoint / "rng_state.pth").write_bytes(b"junk")
+
+
+def rng_other_state(checkpoint: Path) -> None:
+    torch.save(
+        {"python": 1, "numpy": "MT19937", "cpu": torch.zeros(3, dtype=torch.uint8)}, checkpoint / "rng_state.pth"
+    )
+
+
 TAMPERED = {
     "extra-field": (edited_state(extra=1), "has fields a Trainer state does not have: ['extra']"),
     "log-history-string": (edited_state(log_history="abc"), "log_history must be a list of mappings, got 'abc'"),
@@ -95,6 +105,8 @@ TAMPERED = {
     "optimizer-pickled-code": (pickled_code, "optimizer.pt is not a torch state"),
     "optimizer-other-model": (other_parameter_count, "optimizer.pt holds the state of 2 parameters, this model has"),
     "scheduler-junk": (scheduler_junk, "scheduler.pt is not a torch state"),
+    "rng-junk": (rng_junk, "rng_state.pth is not a torch state"),
+    "rng-other-state": (rng_other_state, "rng_state.pth is not the random state of Python, numpy and torch"),
 }
 
 
@@ -109,6 +121,7 @@ def test_a_tampered_checkpoint_is_refused_in_one_line_and_left_as_it_was(
     checkpoint = tmp_path / "checkpoint-2"
     shutil.copytree(original, checkpoint)
     edit, said = TAMPERED[case]
+    assert (checkpoint / "rng_state.pth").is_file()
     edit(checkpoint)
     before = digest(checkpoint)
     status = cli.main(command(tiny_bert_dir, data, tmp_path / "new", "--resume_from_checkpoint", str(checkpoint),
