@@ -28,7 +28,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from ..cli_parsing import did_you_mean
 from ..conversion.checkpoint_io import looks_like_a_path
 from ..errors import FinetuneInputError
-from ..models.norm_registry import NORM_NAMES
+from ..models.norm_registry import NORM_NAMES, unknown_norm_type
 from ..readers import read_json
 from .option_values import read_value
 
@@ -176,7 +176,10 @@ CHECKED_VALUES: dict[str, tuple[type, Callable[[Any], bool], str]] = {
 
 
 def check_values(values: Mapping[str, Any]) -> None:
-    """Refuse, in one line, a value of `CHECKED_VALUES` that is not good (others in `values` are not judged here)."""
+    """Refuse, in one line, a value of `CHECKED_VALUES` that is not good, or a `norm_type` that is not registered
+    (others in `values` are not judged here)."""
+    if values.get("norm_type") is not None and values["norm_type"] not in NORM_NAMES:
+        raise FinetuneInputError(unknown_norm_type(values["norm_type"]))
     for name, value in values.items():
         if name in CHECKED_VALUES and value is not None and not CHECKED_VALUES[name][1](value):
             raise FinetuneInputError(f"{name} must be {CHECKED_VALUES[name][2]}, got {value!r}.")
@@ -254,7 +257,7 @@ def check_command_line(argv: list[str]) -> None:
             values[name] = kind(text)
         except ValueError:
             raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
-    check_values(values)
+    check_values({**values, "norm_type": option_value(argv, "norm_type")})
     options = {argument[2:].partition("=")[0].replace("-", "_") for argument in argv if argument.startswith("--")}
     if len(options & {"model_name_or_path", "model_type"}) != 1 and "help_all" not in options:
         raise FinetuneInputError(ONE_MODEL)

@@ -372,6 +372,12 @@ WRONG_VALUES = {  # option -> (a wrong value, what stderr says)
     "max_seq_length": ("many", "max_seq_length must be a positive integer, got 'many'."),
     "max_steps": ("0", "max_steps must be >= 1, or -1 to train num_train_epochs epochs, got 0."),
     "mlm_probability": ("1.5", "mlm_probability must be a probability in (0, 1), got 1.5."),
+    # was refused 21 s later with exit 1, after the model loaded, as convert refuses it at once with exit 2
+    "norm_type": (
+        "dyn",
+        "norm_type='dyn' is not supported (did you mean 'dyt'?); choose one of ['derf', 'dtn', "
+        "'dyt', 'lape', 'layernorm', 'rmsnorm', 'sepnorm'].",
+    ),
 }
 
 
