@@ -338,11 +338,15 @@ class HealingPlaces:
 
     def claim_work(self, checkpoint: Path | None, resume: bool) -> ClaimedFolder:
         """The work folder, claimed for this run: an earlier heal's is continued with `resume` (from `checkpoint`:
-        later, incomplete ones are set aside), else moved aside."""
+        later, incomplete ones are set aside; the run continues the one that saved it, so it is recorded as this
+        run's), else moved aside."""
         if checkpoint is not None:
             set_aside_newer_checkpoints(checkpoint)
-        return claim_folder(self.work, command="heal", protected=self.protected, overwrite=True, resume=resume,
-                            what="Work folder").take()  # fmt: skip
+        claimed = claim_folder(self.work, command="heal", protected=self.protected, overwrite=True, resume=resume,
+                               what="Work folder").take()  # fmt: skip
+        if checkpoint is not None:
+            claimed.record(checkpoint)
+        return claimed
 
 
 def healing_examples(
@@ -390,15 +394,22 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
 
 class RecordedSaves(transformers.TrainerCallback):
     """Record each checkpoint the Trainer saves into the work folder as this run's (`ClaimedFolder.record`), once
-    every process has written its part: at the end the run removes those and nothing else."""
+    every process has written its part, and remove the one before it as the Trainer's rotation would with
+    `save_total_limit=1`, but only as far as this run recorded it: what a user added to it stays, and so does the
+    checkpoint's folder then. At the end the run removes the last one the same way."""
 
-    def __init__(self, work: ClaimedFolder | None):
+    def __init__(self, work: ClaimedFolder | None, resumed_from: Path | None):
         self.work = work  # None in the other processes of a launcher: the main one records
+        self.previous = resumed_from
 
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if self.work is not None and checkpoint.is_dir():
-            self.work.record(checkpoint)
+        if self.work is None or not checkpoint.is_dir():
+            return
+        self.work.record(checkpoint)
+        if self.previous is not None and self.previous != checkpoint:
+            self.work.remove_recorded(self.previous)
+        self.previous = checkpoint
 
 
 def train(
@@ -421,7 +432,7 @@ def train(
         per_device_train_batch_size=a.batch_size, learning_rate=a.learning_rate, weight_decay=0.0,
         warmup_steps=min(a.warmup_steps, a.max_steps // 3), max_grad_norm=1.0, bf16=bf16,
         logging_steps=max(1, min(10, a.max_steps // 10)), save_strategy="steps", save_steps=a.save_steps,
-        save_total_limit=1, report_to="none", disable_tqdm=not a.progress, remove_unused_columns=False,
+        save_total_limit=None, report_to="none", disable_tqdm=not a.progress, remove_unused_columns=False,
         dataloader_num_workers=0, accelerator_config={"dispatch_batches": False},  # each process reads its own shards
         seed=a.seed, data_seed=a.seed,
     )  # fmt: skip
@@ -436,7 +447,7 @@ def train(
         pooling=run.pooling,
         train_dataset=examples, data_collator=collator,
         callbacks=[TimeLimit(budget), EveryProcessSaved(processes), DropoutUntil(a.student_dropout_until, budget),
-                   RecordedSaves(work)],
+                   RecordedSaves(work, resume_from)],
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     run.student.eval()

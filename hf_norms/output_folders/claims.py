@@ -51,12 +51,12 @@ class ClaimedFolder:
             status = path.lstat()
             self.made[path] = (status.st_dev, status.st_ino)
 
-    def remove_what_this_run_made(self) -> None:
-        """Delete what this run recorded (`record`), each file only while it is the one recorded, each folder only
-        once empty; never anything else, never through a link. Then the marker and, when this run created it and
-        it is no mount point, the folder itself, once nothing else is in it; else the folder stays, still marked
-        (one line)."""
-        for path, identity in sorted(self.made.items(), key=lambda item: len(item[0].parts), reverse=True):
+    def remove_recorded(self, under: Path | None = None) -> None:
+        """Delete what this run recorded (`record`), or only what it recorded at or under `under`: each file only
+        while it is the one recorded, each folder only once empty; never anything else, never through a link."""
+        chosen = {path: identity for path, identity in self.made.items() if under is None or path.is_relative_to(under)}
+        for path, identity in sorted(chosen.items(), key=lambda item: len(item[0].parts), reverse=True):
+            del self.made[path]
             try:
                 status = path.lstat()
                 if (status.st_dev, status.st_ino) != identity:
@@ -65,8 +65,14 @@ class ClaimedFolder:
                     path.rmdir()
                 else:
                     path.unlink()
-            except OSError:  # gone already (the Trainer's rotation), or a folder someone added to
+            except OSError:  # gone already, or a folder someone added to
                 continue
+
+    def remove_what_this_run_made(self) -> None:
+        """Delete what this run recorded (`remove_recorded`), then the marker and, when this run created it and it is
+        no mount point, the folder itself, once nothing else is in it; else the folder stays, still marked (one
+        line)."""
+        self.remove_recorded()
         kept = self.others()
         if kept:
             logger.warning("Kept %s: it holds what this run did not make (%s).", self.path, listing(kept))

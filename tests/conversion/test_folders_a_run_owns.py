@@ -22,7 +22,7 @@ from test_convert import leftovers, save_images, tree_digest
 from test_safety import assert_refused, run
 
 from hf_norms.conversion import convert as convert_module
-from hf_norms.conversion import healing
+from hf_norms.conversion import distillation, healing
 from hf_norms.output_folders import MARKER_NAME, OutputFolderError, copy_checkpoint_files, staging_folder
 from hf_norms.output_folders.markers import process_start_ns
 
@@ -220,21 +220,31 @@ USER_FILES = {"mynotes.txt": "the user's notes", "analysis/a.py": "print('the us
 def test_files_the_user_writes_into_the_work_folder_during_a_heal_are_kept(calibrated, capsys, caplog, monkeypatch):
     folder, images = calibrated
     work = folder.parent / f".{folder.name}.healing"
-    real = healing.train
+    real_train, real_save = healing.train, distillation.DistillationTrainer._save_checkpoint
 
     def train_while_the_user_writes(run_, *args):
         for name, text in USER_FILES.items():  # written once the run has made its work folder
             (work / name).parent.mkdir(exist_ok=True)
             (work / name).write_text(text)
-        result = real(run_, *args)
-        (work / "checkpoint-2" / "mine.txt").write_text("the user's")  # into a checkpoint this run saved
+        result = real_train(run_, *args)
+        (work / "checkpoint-2" / "mine.txt").write_text("the user's")  # into the last checkpoint this run saved
         return result
 
+    def the_user_writes_then_save(trainer, *args):
+        if (earlier := work / f"checkpoint-{trainer.state.global_step - 1}").is_dir():
+            (earlier / "mine.txt").write_text("the user's")  # into the checkpoint this save replaces
+        real_save(trainer, *args)
+
     monkeypatch.setattr(healing, "train", train_while_the_user_writes)
+    monkeypatch.setattr(distillation.DistillationTrainer, "_save_checkpoint", the_user_writes_then_save)
     assert run(heal_args(folder, images), capsys)[0] == 0
     assert {name: (work / name).read_text() for name in USER_FILES} == USER_FILES
-    assert sorted(p.name for p in work.iterdir()) == sorted([MARKER_NAME, "analysis", "checkpoint-2", "mynotes.txt"])
-    assert [p.name for p in (work / "checkpoint-2").iterdir()] == ["mine.txt"] and f"Kept {work}" in caplog.text
+    assert sorted(p.name for p in work.iterdir()) == sorted(
+        [MARKER_NAME, "analysis", "checkpoint-1", "checkpoint-2", "mynotes.txt"]
+    )
+    for checkpoint in ("checkpoint-1", "checkpoint-2"):  # what this run saved is gone, the user's file stays
+        assert [p.name for p in (work / checkpoint).iterdir()] == ["mine.txt"]
+    assert f"Kept {work}" in caplog.text
 
 
 def test_a_work_dir_the_user_made_and_a_mount_point_are_never_removed(calibrated, tmp_path, capsys):
