@@ -16,6 +16,7 @@ last post-LN layers LayerNorm's scale). Two ways to choose:
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Sequence
 from numbers import Integral
 from typing import Any
@@ -32,7 +33,7 @@ def parse_layer_selection(selection: str | int | Sequence[int], num_layers: int)
     sorted, each in range, at least one. A range is checked against `num_layers` from its ends, before any of its
     indices is listed (`0-300000000` is refused at once, not after building 300 million of them)."""
     out_of_range = ConversionError(
-        f"--keep-layernorm {selection!r}: the model has {num_layers} encoder layers (0 to {num_layers - 1})."
+        f"--keep-layernorm {reprlib.repr(selection)}: the model has {num_layers} encoder layers (0 to {num_layers - 1})."
     )
     if isinstance(selection, str):
         spans = [layer_span(part.strip(), selection) for part in selection.split(",")]
@@ -43,7 +44,7 @@ def parse_layer_selection(selection: str | int | Sequence[int], num_layers: int)
         items = [selection] if isinstance(selection, Integral) else selection
         if not isinstance(items, Sequence) or any(isinstance(i, bool) or not isinstance(i, Integral) for i in items):
             raise ConversionError(
-                f"keep_layernorm={selection!r}: expected layer indices, e.g. [4, 5], -1 or '4-5'."
+                f"keep_layernorm={reprlib.repr(selection)}: expected layer indices, e.g. [4, 5], -1 or '4-5'."
             )  # 1.7 and True used to become layer 1, 5 a TypeError
         indices = [int(index) for index in items]
     if not indices or any(not -num_layers <= index < num_layers for index in indices):
@@ -59,10 +60,12 @@ def layer_span(part: str, selection: str) -> tuple[int, int]:
         span = (int(first), int(last) if dash else int(first))
     except ValueError:
         raise ConversionError(
-            f"--keep-layernorm {selection!r}: expected layer indices such as '4,5', '4-5' or '-1'."
+            f"--keep-layernorm {reprlib.repr(selection)}: expected layer indices such as '4,5', '4-5' or '-1'."
         ) from None
     if span[0] > span[1]:  # "3-1" names no layer; within "0,3-1" it would vanish silently
-        raise ConversionError(f"--keep-layernorm {selection!r}: the range {part!r} is empty; write it low-high.")
+        raise ConversionError(
+            f"--keep-layernorm {reprlib.repr(selection)}: the range {reprlib.repr(part)} is empty; write it low-high."
+        )
     return span
 
 

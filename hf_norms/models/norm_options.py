@@ -12,6 +12,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import dataclasses
+import struct
 from typing import ClassVar
 
 from transformers import configuration_utils
@@ -115,7 +116,7 @@ class NormOptions(NormOptionFields):
         for kind, spec in NORM_TYPES.items():
             for option in spec.options if kind in in_use else ():  # another norm's options are unused, as in stock
                 problem = option.check(option.name, getattr(self, option.name), self) if option.check else None
-                problem = problem or (self.float_problem(option.name) if option.annotation is float else None)
+                problem = problem or (self.float_problem(option) if option.annotation is float else None)
                 if problem:
                     raise ValueError(problem)
         chunked = [kind for kind in sorted(in_use) if kind in NORM_TYPES and NORM_TYPES[kind].whole_sequence]
@@ -131,16 +132,21 @@ class NormOptions(NormOptionFields):
             )
         self.validate_layer_norm_types()
 
-    def float_problem(self, name: str) -> str | None:
-        """Why float option `name` does not fit a weight of this config's dtype (float32 unless it names a 16-bit one:
-        `dyt_alpha_init=1e308` is finite, but infinite in float32, which torch refuses only when the model is built),
-        or None."""
+    def float_problem(self, option) -> str | None:
+        """Why float `option`'s value does not fit a weight of this config's dtype (float32 unless it names a 16-bit
+        one), or None: beyond its range (`dyt_alpha_init=1e308` is finite, but infinite in float32, which torch refuses
+        only when the model is built), or failing the option's check once rounded to it (1e-320 is 0 in float32)."""
         dtype = str(getattr(self, "dtype", None) or "float32").removeprefix("torch.")
         dtype = dtype if dtype in FLOAT_MAX else "float32"
-        value = getattr(self, name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > FLOAT_MAX[dtype]:
-            return f"{name}={value!r} does not fit a {dtype} weight (magnitude at most {FLOAT_MAX[dtype]!r})."
-        return None
+        value = getattr(self, option.name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None
+        if abs(value) > FLOAT_MAX[dtype]:
+            return f"{option.name}={value!r} does not fit a {dtype} weight (magnitude at most {FLOAT_MAX[dtype]!r})."
+        unit = "e" if dtype == "float16" else "f"  # bfloat16 has float32's range of exponents
+        stored = struct.unpack(unit, struct.pack(unit, value))[0]
+        problem = option.check(option.name, stored, self) if option.check else None
+        return f"{option.name}={value!r} does not fit a {dtype} weight: {problem}" if problem else None
 
     def validate_layer_norm_types(self) -> None:
         """`layer_norm_types`: None, or one entry per encoder layer, each `norm_type` or `layernorm` (not with norm

@@ -348,6 +348,8 @@ HUGE_LAYER_RANGES = {
     "1,5-1000000000000000000": "--keep-layernorm '1,5-1000000000000000000': the model has 2 encoder layers (0 to 1).",
     "99999999999999999999": "--keep-layernorm '99999999999999999999': the model has 2 encoder layers (0 to 1).",
     "-300000000": "--keep-layernorm '-300000000': the model has 2 encoder layers (0 to 1).",
+    "0-"
+    + "9" * 5000: "--keep-layernorm '0-9999999999...9999999999999': expected layer indices such as",  # echoed short
 }
 
 
@@ -367,6 +369,7 @@ def test_option_values_and_layer_ranges_beyond_the_model_are_one_line_at_once(ca
     started = time.perf_counter()
     status, err = run(argv, capsys)
     assert_refused(status, err, {**OUT_OF_RANGE_OPTIONS, **HUGE_LAYER_RANGES}[case])
+    assert len(err) < 300
     assert time.perf_counter() - started < 5
     assert tree_digest(tiny_bert_dir) == before and not (tmp_path / "out").exists()
 
@@ -381,6 +384,12 @@ def test_a_norm_option_beyond_the_models_dtype_is_refused_by_the_config(tiny_ber
         BertNormConfig(norm_type="dyt", dyt_alpha_init=7e4, dtype="float16")
     with pytest.raises(StrictDataclassError, match=re.escape("derf_shift_init=1e+300 does not fit a float32 weight")):
         BertNormConfig(norm_type="derf", derf_shift_init=1e300)
+    tiny = {"float32": 1e-320, "float16": 1e-8}  # > 0, but 0 once stored in a weight of that dtype
+    for dtype, value in tiny.items():
+        said = f"dyt_alpha_init={value!r} does not fit a {dtype} weight: dyt_alpha_init must be a finite number > 0"
+        with pytest.raises(StrictDataclassError, match=re.escape(said)):
+            BertNormConfig(norm_type="dyt", dyt_alpha_init=value, dtype=dtype)
+    assert BertNormConfig(norm_type="dyt", dyt_alpha_init=1e-6, dtype="float16").dyt_alpha_init == 1e-6
     data = tmp_path / "news.csv"
     data.write_text("text,label\n" + "".join(f"text number {i},{i % 2}\n" for i in range(8)))
     status, err = run(["finetune", "--model_name_or_path", str(tiny_bert_dir), "--dataset", str(data),
