@@ -235,7 +235,9 @@ def test_a_large_body_waits_for_a_write_slot_then_gets_503(
             large = post_request(target, commit_lines(file_line("large.bin", bytes(2 << 20))), TOKEN)
             response, body, elapsed = raw_exchange(hub, large)
             assert response.status == 503 and 0.5 <= elapsed < PROMPT_SECONDS
-            assert json.loads(body) == {"error": "The hub is storing 1 other large uploads: retry later"}
+            assert json.loads(body) == {
+                "error": "The hub is busy storing other large uploads (1 at a time): retry later"
+            }
             assert store_state(hub) == before
             small = post_request(target, commit_lines(file_line("small.txt", b"s")), TOKEN)
             assert raw_exchange(hub, small)[0].status == 200

@@ -366,7 +366,8 @@ class HubServer:
         """Hold one of the `max_concurrent_writes` slots for reading and storing a large body; 503 (retry later)
         when none frees up within `WRITE_WAIT_SECONDS`."""
         if not self._write_slots.acquire(timeout=WRITE_WAIT_SECONDS):
-            raise HubError(503, f"The hub is storing {self.max_concurrent_writes} other large uploads: retry later")
+            limit = self.max_concurrent_writes
+            raise HubError(503, f"The hub is busy storing other large uploads ({limit} at a time): retry later")
         try:
             yield
         finally:
