@@ -353,7 +353,7 @@ HUGE_LAYER_RANGES = {
 }
 
 
-@pytest.mark.parametrize("case", [*OUT_OF_RANGE_OPTIONS, *HUGE_LAYER_RANGES])
+@pytest.mark.parametrize("case", [*OUT_OF_RANGE_OPTIONS, *HUGE_LAYER_RANGES], ids=lambda case: case[:30])
 def test_option_values_and_layer_ranges_beyond_the_model_are_one_line_at_once(case, tiny_bert_dir, tmp_path, capsys):
     """`--option dyt_alpha_init=1e308` (finite, but infinite as a float32 weight) used to fail in torch's init with a
     raw RuntimeError, `--keep-layernorm 0-300000000` to build a list of 300 million layers (65 s, 2.5 GB): both are
