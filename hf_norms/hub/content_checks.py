@@ -22,6 +22,7 @@ unbounded run twice (possessive quantifiers), and the secret setting is searched
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -32,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..readers import JSON_LIMIT
 from .file_formats import (
     PICKLE_REASON,
     PNG_SIGNATURE,
@@ -86,7 +88,10 @@ CREDENTIALS = tuple(
         ("holds a URL with a password", rb"://[^\s/:@]++:[^\s/@]++@"),
     )
 )
-LONG_VALUE_RUN = re.compile(VALUE_CHARACTERS + rb"{%d,}+" % (LONG_RUN + 1))
+LONG_VALUE_RUN = re.compile(
+    rb"(?<!%s)%s{%d,}+" % (VALUE_CHARACTERS, VALUE_CHARACTERS, LONG_RUN + 1)
+)  # from a run's start
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first member, or the end record of an empty one
 BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{40,}+={0,2}")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")  # characters no text file holds
 BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\0\0", "utf-32"), (b"\0\0\xfe\xff", "utf-32"),
@@ -119,7 +124,8 @@ class Findings:
         header = stream.read(SNIFF_BYTES)
         if is_safetensors(header, size):  # the header is text; the tensor data, numbers, is searched for the token
             stream.seek(0)
-            header_bytes = safetensors_header(stream.read(min(size, 8 + int.from_bytes(header[:8], "little"))), size)
+            length = int.from_bytes(header[:8], "little")  # one longer than JSON_LIMIT is refused unread
+            header_bytes = safetensors_header(header if length > JSON_LIMIT else stream.read(8 + length), size)
             self.read_text_of("its header", header_bytes, json_value=True)
         else:
             self.read_bytes(header + stream.read(), name, 0)
@@ -144,7 +150,7 @@ class Findings:
     def unpacked(self, data: bytes, is_text: bool) -> Parts | None:
         """What an archive or compressed stream `data` unpacks to; None when it is neither (text that starts like a
         zlib header, `x^2`, and does not decompress is text)."""
-        if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        if data[:4] in ZIP_MAGIC:
             members, headers = zip_members(data, self.budget)
             self.search_secrets(headers, "its zip headers: names, extra fields and comments")
             return members
@@ -200,19 +206,26 @@ class Findings:
         reason = credential_in(text.lower().encode("utf-8", "surrogateescape"))
         if reason is not None:
             raise Found(f"{reason} ({', '.join(filter(None, (where, located(text, value, reason))))})")
-        for run in BASE64_RUN.findall(data):
-            self.read_base64(base64.b64decode(run[: len(run) // 4 * 4], b"-_"))
+        self.read_base64(
+            [base64.b64decode(run[: len(run) // 4 * 4], b"-_") for run in dict.fromkeys(BASE64_RUN.findall(data))]
+        )
 
-    def read_base64(self, decoded: bytes) -> None:
-        """Search what a base64 run decodes to: unpacked when it is an archive or compressed stream that unpacks,
-        else as text (most runs are no base64: words, digests, paths)."""
-        try:
-            members = self.unpacked(decoded, is_text=False) or []
-        except Unreadable:
-            members = []
-        for name, data in members:
-            self.read_member(name or "a base64 text", data, MAX_DEPTH - 2)
-        reason = None if members else credential_in(decoded.lower())
+    def read_base64(self, decoded: list[bytes]) -> None:
+        """Search what the base64 runs of a text decode to: each that starts like an archive or compressed stream and
+        unpacks, unpacked; the others together, as text, in one search (most runs are no base64: words, digests)."""
+        texts = []
+        for blob in decoded:
+            members, decompress = None, decompressor_of(blob[:16])
+            with contextlib.suppress(Unreadable):
+                if blob[:4] in ZIP_MAGIC:
+                    members = self.unpacked(blob, is_text=False)
+                elif decompress is not None:
+                    members = [("", decompress(blob, self.budget))]
+            for name, data in members or ():
+                self.read_member(name or "a base64 text", data, MAX_DEPTH - 2)
+            if members is None:
+                texts.append(blob.lower())
+        reason = credential_in(b"\n".join(texts)) if texts else None
         if reason is not None:
             raise Found(f"{reason} (in a base64 text)")
 

@@ -319,10 +319,11 @@ def test_a_secret_in_the_tokenizer_vocabulary_refuses_the_push(bert_checkpoint: 
 # --------------------------------------------------------------------------------------------------------------------
 
 ADVERSARIAL = [b"eyj", b"password=a1", b"auth=", b"auth=a ", b"eyJ.", b"-----begin a ", b"sk-", b"://a:", b"machine a ",
-               b"hf_", b"a:1:a:a:", b'token: "', b"password=a1\n", b"secret_key=x1/", b"A"]  # fmt: skip
+               b"hf_", b"a:1:a:a:", b'token: "', b"password=a1\n", b"secret_key=x1/", b"A", b"A" * 40 + b" ",
+               b"eNo" + b"A" * 40 + b" ", b"UEsDBA" + b"A" * 40 + b"\n"]  # fmt: skip
 
 
-@pytest.mark.parametrize("unit", ADVERSARIAL, ids=[unit.decode() for unit in ADVERSARIAL])
+@pytest.mark.parametrize("unit", ADVERSARIAL, ids=[unit.decode()[:16] for unit in ADVERSARIAL])
 def test_every_scanner_runs_in_linear_time(unit: bytes, tmp_path: Path) -> None:
     """10 MB of one adversarial unit repeated (a run no pattern ends, a keyword at every few bytes) is scanned in
     under `SCAN_SECONDS`."""
@@ -408,3 +409,31 @@ def test_the_trainer_upload_check_finds_the_token_compressed_or_in_a_large_file(
     for name in ("log.z", "big.bin"):
         with pytest.raises(CheckpointRefused, match=rf"occurs in \['{re.escape(name)}'\]"):
             refuse_token_leaks(tmp_path, [name], TOKEN)
+
+
+def test_distinct_base64_runs_are_scanned_in_linear_time(tmp_path: Path) -> None:
+    """10 MB of distinct 44-character base64 runs that decode to a zlib header (each tried, none decompressing)."""
+    path = tmp_path / "conversion_report.md"
+    path.write_bytes(b"".join(b"eNo%040d\n" % index for index in range(ADVERSARIAL_BYTES // 44)))
+    start = time.perf_counter()
+    findings = scan_file(path, token_forms(TOKEN))
+    seconds = time.perf_counter() - start
+    print(f"distinct base64 runs: {seconds:.2f} s")
+    assert seconds < SCAN_SECONDS and findings.unread is None and findings.secret is None
+
+
+def test_a_safetensors_header_longer_than_64_mib_is_refused_unread(tmp_path: Path) -> None:
+    """A file that starts like safetensors with a header length of 100 MiB is unread without reading the header."""
+    import tracemalloc
+
+    size = 100 << 20
+    path = tmp_path / "model.safetensors"
+    with open(path, "wb") as stream:
+        stream.write(struct.pack("<Q", size - 8) + b"{")
+        stream.truncate(size)
+    tracemalloc.start()
+    findings = scan_file(path, token_forms(TOKEN))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert findings.unread == "a safetensors file whose header is larger than the file or than 64 MiB"
+    assert peak < 32 << 20
