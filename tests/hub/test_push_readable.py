@@ -437,3 +437,47 @@ def test_a_safetensors_header_longer_than_64_mib_is_refused_unread(tmp_path: Pat
     tracemalloc.stop()
     assert findings.unread == "a safetensors file whose header is larger than the file or than 64 MiB"
     assert peak < 32 << 20
+
+
+def protobuf_field(number: int, payload: bytes | int | float) -> bytes:
+    """One protocol buffer field: a varint, a 32-bit float or a length-delimited payload."""
+
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while value >= 0x80:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        return bytes([*out, value])
+
+    if isinstance(payload, bytes):
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+    if isinstance(payload, float):
+        return varint(number << 3 | 5) + struct.pack("<f", payload)
+    return varint(number << 3) + varint(payload)
+
+
+def sentencepiece_model(pieces: list[str], tail: bytes = b"") -> bytes:
+    """A sentencepiece `ModelProto`: its pieces (piece, score, type) and a trainer spec."""
+    entries = [protobuf_field(1, protobuf_field(1, p.encode()) + protobuf_field(2, -1.5) + protobuf_field(3, 1))
+               for p in pieces]  # fmt: skip
+    return b"".join(entries) + protobuf_field(2, protobuf_field(3, 8000)) + tail
+
+
+@pytest.mark.parametrize(
+    ("pieces", "tail", "secret", "unread"),
+    [
+        (["<unk>", "▁the", "▁model"], b"", None, None),
+        (["<unk>", GITHUB_TOKEN], b"", "holds an access token", None),
+        (["<unk>", "▁the"], b"\x0f" + KEY.encode(), None, "protocol buffer"),
+    ],
+    ids=["clean", "a token as a piece", "bytes after the last field"],
+)
+def test_a_sentencepiece_model_is_read_to_its_last_byte(
+    pieces: list[str], tail: bytes, secret: str | None, unread: str | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokenizer.model"
+    path.write_bytes(sentencepiece_model(pieces, tail))
+    findings = scan_file(path, token_forms(TOKEN))
+    assert (findings.secret is None) == (secret is None) and (findings.unread is None) == (unread is None)
+    assert secret is None or secret in findings.secret
+    assert unread is None or unread in findings.unread
