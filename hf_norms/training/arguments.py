@@ -175,6 +175,22 @@ CHECKED_VALUES: dict[str, tuple[type, Callable[[Any], bool], str]] = {
 }
 
 
+# TrainingArguments options whose value is keyword arguments: a mapping (`TrainingArguments` reads the JSON text of one
+# from the command line, and keeps any other text as it is, which the Trainer would unpack with ** once training starts)
+KEYWORD_OPTIONS = ("lr_scheduler_kwargs", "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")
+
+
+def check_keyword_options(training_args: TrainingArguments) -> None:
+    """Refuse, in one line, a `KEYWORD_OPTIONS` value that is not a mapping (`--lr_scheduler_kwargs '[1]'`)."""
+    for name in KEYWORD_OPTIONS:
+        value = getattr(training_args, name, None)
+        if value is not None and not isinstance(value, dict):
+            raise FinetuneInputError(
+                f"{name} must be a mapping (on the command line, the JSON text of one, such as '{{\"power\": 2.0}}'), "
+                f"got {value!r}."
+            )
+
+
 def check_values(values: Mapping[str, Any]) -> None:
     """Refuse, in one line, a value of `CHECKED_VALUES` that is not good, or a `norm_type` that is not registered
     (others in `values` are not judged here)."""

@@ -81,6 +81,7 @@ from .arguments import (
     ModelArguments,
     arguments_file,
     build_argument_parser,
+    check_keyword_options,
     check_values,
     read_arguments_file,
 )
@@ -180,10 +181,12 @@ def prepare_training_arguments(
     model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments
 ) -> None:
     """Refuse a batch size, count or rate that is wrong on its own (`arguments.check_values`: the Trainer would
-    silently reinterpret `max_steps=0` as "train the epochs", and fail on a batch size of 0 only once it is training),
-    and keep the raw columns: hf-norms prepares each batch's model inputs from them."""
+    silently reinterpret `max_steps=0` as "train the epochs", and fail on a batch size of 0 only once it is training)
+    or keyword arguments that are not a mapping (`arguments.check_keyword_options`), and keep the raw columns:
+    hf-norms prepares each batch's model inputs from them."""
     check_values({name: getattr(args, name) for args in (model_args, data_args, training_args)
                   for name in CHECKED_VALUES if hasattr(args, name)})  # fmt: skip
+    check_keyword_options(training_args)
     if training_args.remove_unused_columns:
         logger.info("Setting remove_unused_columns=False: batches are built from the raw columns.")
         training_args.remove_unused_columns = False

@@ -144,3 +144,17 @@ def test_finetune_without_a_model_answers_before_the_training_code_is_imported(t
             "(train from scratch).\n"
         ), result.stderr
         assert json.loads(result.stdout) == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["[1]", "power=2"])
+def test_keyword_options_that_are_not_a_mapping_are_one_line_before_anything_is_created(
+    text, options_file, tmp_path, capsys
+):
+    """`--lr_scheduler_kwargs '[1]'` was kept as text by TrainingArguments and failed as `**'[1]'` once the output
+    folder was made; on the command line and in a file it is refused first."""
+    said = (f"lr_scheduler_kwargs must be a mapping (on the command line, the JSON text of one, such as "
+            f"'{{\"power\": 2.0}}'), got {text!r}.")  # fmt: skip
+    assert refused(["finetune", str(options_file({"lr_scheduler_kwargs": text}))], capsys) == said
+    arguments = [str(item) for key, item in yaml.safe_load(options_file({}).read_text()).items() for item in (f"--{key}", item)]  # fmt: skip
+    assert refused(["finetune", *arguments, "--lr_scheduler_kwargs", text], capsys) == said
+    assert not (tmp_path / "out").exists()
