@@ -203,12 +203,12 @@ class Findings:
                 value = json.loads(text)
             except (ValueError, RecursionError):
                 raise Unreadable(f"{where or 'a .json file'} that is not valid JSON") from None
-        reason = credential_in(text.lower().encode("utf-8", "surrogateescape"))
+        encoded = text.encode("utf-8", "surrogateescape")  # UTF-8 whatever the file's encoding
+        reason = credential_in(encoded.lower())
         if reason is not None:
             raise Found(f"{reason} ({', '.join(filter(None, (where, located(text, value, reason))))})")
-        self.read_base64(
-            [base64.b64decode(run[: len(run) // 4 * 4], b"-_") for run in dict.fromkeys(BASE64_RUN.findall(data))]
-        )
+        runs = dict.fromkeys(BASE64_RUN.findall(encoded))
+        self.read_base64([base64.b64decode(run[: len(run) // 4 * 4], b"-_") for run in runs])
 
     def read_base64(self, decoded: list[bytes]) -> None:
         """Search what the base64 runs of a text decode to: each that starts like an archive or compressed stream and
