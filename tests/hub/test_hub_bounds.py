@@ -308,3 +308,29 @@ def test_a_valid_user_names_the_tokens_user(tmp_path: Path) -> None:
     with HubServer(tmp_path / "hub", tokens=[TOKEN], user="Alice.Org-1") as hub:
         assert HfApi(endpoint=hub.url, token=TOKEN).whoami()["name"] == "Alice.Org-1"
         assert HfApi(endpoint=hub.url, token=TOKEN).create_repo("m").repo_id == "Alice.Org-1/m"
+
+
+def test_a_body_that_stops_arriving_gets_408_and_frees_its_write_slot(
+    hub_online: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends half of a large commit and stops held the hub's only write slot for as long as it kept
+    the connection open; it now gets 408 at its deadline (30 s plus 1 MiB/s; here 0.5 s) and the next large commit
+    is stored."""
+    monkeypatch.setattr(hub_http, "BODY_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(hub_http, "MIN_BODY_RATE", 1 << 40)
+    with HubServer(tmp_path / "hub", tokens=[TOKEN], max_concurrent_writes=1) as hub:
+        HfApi(endpoint=hub.url, token=TOKEN).create_repo("org/stalled")
+        target = "/api/models/org/stalled/commit/main"
+        stalled = post_request(target, commit_lines(file_line("stalled.bin", bytes(2 << 20))), TOKEN)
+        with socket.create_connection(("127.0.0.1", port_of(hub.url)), timeout=10) as holder:
+            started = time.monotonic()
+            holder.sendall(stalled[: len(stalled) // 2])
+            answer = holder.makefile("rb").read()
+            assert 0.5 <= time.monotonic() - started < PROMPT_SECONDS
+        assert answer.split(b"\r\n")[0] == b"HTTP/1.1 408 Request Timeout"
+        expected = {"error": "The request body did not arrive in time: send it at 1 MiB/s or faster"}
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == expected
+        large = post_request(target, commit_lines(file_line("large.bin", bytes(2 << 20))), TOKEN)
+        assert raw_exchange(hub, large)[0].status == 200
+        files = HfApi(endpoint=hub.url, token=TOKEN).list_repo_files("org/stalled")
+    assert sorted(files) == [".gitattributes", "large.bin"]

@@ -64,6 +64,9 @@ LINGER_SECONDS = 2.0  # how long input is discarded after answering a request wh
 LISTEN_BACKLOG = 128  # connections the kernel accepts before the server thread takes them (socketserver's is 5)
 SMALL_BODY_BYTES = 1 << 20  # a body up to this size is read at once; a larger one waits for a write slot
 WRITE_WAIT_SECONDS = 120.0  # how long a large body waits for a write slot before it gets 503
+BODY_GRACE_SECONDS = 30.0  # a body must arrive within this time plus its size at MIN_BODY_RATE, else 408
+MIN_BODY_RATE = 1 << 20  # bytes per second
+_PIECE_BYTES = 1 << 20  # how much of a body one read asks for
 _DISCARD_BYTES = 1 << 16
 _MAX_LINE = 65536  # the longest chunk-size or trailer line read
 _DECIMAL = re.compile(r"[0-9]{1,19}")
@@ -172,42 +175,68 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse_body(f"Content-Length must be one decimal number of bytes, not {', '.join(lengths)!r}")
         return _Framing(length=int(lengths[0]))
 
-    def _read_body(self, framing: _Framing, limit: int, slot: contextlib.ExitStack) -> bytes:
+    def _read_body(self, framing: _Framing, limit: int, slot: contextlib.ExitStack) -> bytearray:
         """The request body; 400 without reading it when it announces more than `limit` bytes (a chunked body, once
         it passes the limit). A body larger than `SMALL_BODY_BYTES`, or chunked, is read once it holds one of the
-        hub's write slots (entered on `slot`), so only `max_concurrent_writes` of them are in memory at once."""
+        hub's write slots (entered on `slot`), so only `max_concurrent_writes` of them are in memory at once. The body
+        must arrive within `BODY_GRACE_SECONDS` plus its size at `MIN_BODY_RATE` (408 otherwise), so a client that
+        trickles it cannot hold a slot for long."""
         if framing.length > limit:
             self._refuse_body(f"The request body ({framing.length} bytes) is larger than this endpoint's limit "
                               f"of {limit} bytes")  # fmt: skip
         if framing.chunked or framing.length > SMALL_BODY_BYTES:
             slot.enter_context(self.server.hub.write_slot())
         self._body_pending = False
-        if framing.chunked:
-            return self._read_chunked(limit)
-        body = self.rfile.read(framing.length)
+        deadline = (
+            time.monotonic() + BODY_GRACE_SECONDS + (limit if framing.chunked else framing.length) / MIN_BODY_RATE
+        )
+        try:
+            body = (
+                self._read_chunked(limit, deadline) if framing.chunked else self._read_exactly(framing.length, deadline)
+            )
+        except TimeoutError:
+            self._body_pending = True
+            raise HubError(408, "The request body did not arrive in time: send it at 1 MiB/s or faster") from None
+        finally:
+            self.connection.settimeout(self.timeout)
         if len(body) < framing.length:
             self._refuse_body(f"The body ended after {len(body)} of its {framing.length} bytes")
         return body
 
-    def _read_chunked(self, limit: int) -> bytes:
+    def _read_exactly(self, size: int, deadline: float) -> bytearray:
+        """`size` bytes of the body (fewer when the client closes first), read into one buffer; TimeoutError when they
+        have not all arrived by `deadline` (a `time.monotonic()` time)."""
+        data, got = bytearray(size), 0
+        with memoryview(data) as view:
+            while got < size:
+                self.connection.settimeout(max(deadline - time.monotonic(), 0.001))  # TimeoutError at the deadline
+                count = self.rfile.readinto(view[got : got + _PIECE_BYTES])
+                if not count:
+                    break
+                got += count
+        del data[got:]
+        return data
+
+    def _read_chunked(self, limit: int, deadline: float) -> bytearray:
         """A `Transfer-Encoding: chunked` body (chunk extensions and trailers are read and ignored)."""
-        chunks, total = [], 0
+        body = bytearray()
         while True:
+            self.connection.settimeout(max(deadline - time.monotonic(), 0.001))
             size_field = self.rfile.readline(_MAX_LINE).split(b";")[0].strip()
             if not _CHUNK_SIZE.fullmatch(size_field):
                 self._refuse_body(f"Bad chunk size {size_field[:40]!r}: a chunked body needs hexadecimal sizes")
             size = int(size_field, 16)
             if size == 0:
                 break
-            total += size
-            if total > limit:
+            if len(body) + size > limit:
                 self._refuse_body(f"The request body (over {limit} bytes) is larger than this endpoint's limit")
-            chunks.append(self.rfile.read(size))
-            if len(chunks[-1]) < size or self.rfile.readline(_MAX_LINE).strip():
+            chunk = self._read_exactly(size, deadline)
+            body += chunk
+            if len(chunk) < size or self.rfile.readline(_MAX_LINE).strip():
                 self._refuse_body("A chunk is shorter than its size")
         while self.rfile.readline(_MAX_LINE).strip():  # trailers, up to the blank line
-            pass
-        return b"".join(chunks)
+            self.connection.settimeout(max(deadline - time.monotonic(), 0.001))
+        return body
 
     def _refuse_body(self, message: str) -> None:
         """Answer 400 without reading on: where this request's body ends is unknown, so the connection is closed."""
