@@ -198,13 +198,15 @@ class Findings:
         named by its key."""
         text = data.decode("utf-8", "strict") if text is None else text
         value = None
-        if json_value:
+        if json_value or text.lstrip()[:1] in ("{", "["):  # a JSON document: its strings unescaped are searched too
             try:
                 value = json.loads(text)
             except (ValueError, RecursionError):
-                raise Unreadable(f"{where or 'a .json file'} that is not valid JSON") from None
+                if json_value:
+                    raise Unreadable(f"{where or 'a .json file'} that is not valid JSON") from None
         encoded = text.encode("utf-8", "surrogateescape")  # UTF-8 whatever the file's encoding
-        reason = credential_in(encoded.lower())
+        strings = "\n".join(snippet for _, snippet in json_strings(value, "")) if value is not None else ""
+        reason = credential_in(encoded.lower()) or credential_in(strings.lower().encode("utf-8", "surrogateescape"))
         if reason is not None:
             raise Found(f"{reason} ({', '.join(filter(None, (where, located(text, value, reason))))})")
         runs = dict.fromkeys(BASE64_RUN.findall(encoded))

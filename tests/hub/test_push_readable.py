@@ -153,6 +153,8 @@ UNREAD: dict[str, tuple[str, Callable[[], bytes], str]] = {
     ".json that is not JSON": ("notes.json", lambda: b'{"a": 1,', "not valid JSON"),
     "tar with bytes after its end": ("more.tar", lambda: v7_tar({"a.txt": b"x"}) + b"\1" * 600, "cannot read all of it"),
     "a key base64'd in UTF-16 text": ("k64.txt", lambda: f"key: {base64.b64encode(KEY.encode()).decode()}\n".encode("utf-16"), "private key (in a base64 text)"),
+    "a GitHub token JSON-escaped": ("escaped.json", lambda: json.dumps({"note": GITHUB_TOKEN}).replace("ghp_", "\\u0067hp_").encode(), "GitLab) (at note)"),
+    "a key JSON-escaped in a .txt": ("escaped.txt", lambda: json.dumps({"k": KEY}).replace("-----BEGIN", "\\u002d----BEGIN").encode(), "private key (at k)"),
     "a key in a PNG text chunk": ("chart.png", lambda: png(b"Comment\0" + KEY.encode()), "private key (its tEXt chunk)"),
     "a key hidden between zip members": ("gap.zip", lambda: zip_with_gap(KEY.encode("utf-16")), "between its members"),
     "a key in a zip comment": ("comment.zip", lambda: zip_bytes({"a.txt": b"x"}, comment=KEY.encode()), "private key (its zip headers"),
