@@ -485,3 +485,31 @@ def test_a_sentencepiece_model_is_read_to_its_last_byte(
     assert (findings.secret is None) == (secret is None) and (findings.unread is None) == (unread is None)
     assert secret is None or secret in findings.secret
     assert unread is None or unread in findings.unread
+
+
+@pytest.mark.parametrize(
+    ("plant", "match"),
+    [
+        (lambda f: metadata_with(f, GITHUB_TOKEN), r"model\.safetensors holds an access token .*__metadata__\.note"),
+        (lambda f: (f / "notes\n.txt").write_text("x"), r"'notes\\n\.txt': a file name with a control character"),
+    ],
+    ids=["a secret in the weights", "a name the Hub refuses"],
+)
+def test_the_command_line_refuses_in_one_line_with_status_2(
+    plant: Callable[[Path], None],
+    match: str,
+    checkpoint: Path,
+    api: HfApi,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hf_norms import cli
+
+    plant(checkpoint)
+    monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    (checkpoint / "notes.txt").write_text("loss 0.1")
+    assert cli.main(["push", "org/cli-refused", str(checkpoint), "--include", "*.txt"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert line.startswith("hf-norms push: error: ") and re.search(match, line), line
+    assert GITHUB_TOKEN not in line and not api.repo_exists("org/cli-refused")
