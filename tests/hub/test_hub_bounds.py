@@ -125,12 +125,18 @@ def test_validate_yaml_refuses_a_number_where_text_belongs_with_400(hub: HubServ
 @pytest.mark.parametrize(
     ("metadata", "value"),
     [("a: !!int 0b101", "'0b101'"), ("a: !!int 1:20", "'1:20'"), ("a: !!float 1_0.5", "'1_0.5'"),
-     ("a: !!bool yes", "'yes'")],
+     ("a: !!bool yes", "'yes'"), ("a: !!timestamp 99999-01-01", "'99999-01-01'"),
+     ("a: !!timestamp 2024-13-45", "'2024-13-45'")],
 )  # fmt: skip
 def test_explicit_tags_accept_only_the_core_schema(hub: HubServer, metadata: str, value: str) -> None:
+    """`!!timestamp 99999-01-01` got 500 (PyYAML's constructor failed with AttributeError)."""
     kind = metadata.split("!!")[1].split()[0]
     status, answer, _ = validate_yaml(hub, metadata)
-    message = f"The YAML metadata does not parse: {value} is not a core-schema {kind}."
+    expected = {
+        "int": "is not a core-schema int", "float": "is not a core-schema float", "bool": "is not a core-schema bool",
+        "timestamp": "is not a date: month must be in 1..12" if "13" in value else "is not a timestamp",
+    }[kind]  # fmt: skip
+    message = f"The YAML metadata does not parse: {value} {expected}."
     assert (status, answer) == (400, {"errors": [{"message": message}], "warnings": []})
 
 
@@ -155,8 +161,8 @@ def test_validate_yaml_reads_at_most_10000_values(hub: HubServer, metadata: str)
 
 @pytest.mark.parametrize(
     "metadata",
-    [TAGS_500K, "license: !!int 0b1", f"license: {HUGE_BINARY}\nextra: {HUGE_HEX}"],
-    ids=["tags-500k", "refused-tag", "huge-numbers"],
+    [TAGS_500K, "license: !!int 0b1", "a: !!timestamp 99999-01-01", f"license: {HUGE_BINARY}\nextra: {HUGE_HEX}"],
+    ids=["tags-500k", "refused-tag", "bad-timestamp", "huge-numbers"],
 )
 def test_a_stored_card_never_breaks_model_info_or_a_listing(hub: HubServer, metadata: str) -> None:
     """The card's repo answers at once, without card data when it cannot be read, and every listing with card data

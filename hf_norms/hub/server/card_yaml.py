@@ -4,7 +4,7 @@ JavaScript parser applies it, on PyYAML's safe loader.
 - Plain scalars resolve as in the core schema: `null`/`~`/empty, `true`/`false` (not `yes`, `on`, ...), integers in
   decimal, `0o` octal and `0x` hexadecimal, and floats with `.inf` and `.nan`. YAML 1.1's sexagesimal (`1:20:30`),
   binary (`0b101`), `_` separators, merge keys (`<<`) and implicit timestamps are plain text. Explicit `!!int`,
-  `!!float` and `!!bool` tags accept only the core schema's forms.
+  `!!float` and `!!bool` tags accept only the core schema's forms, and `!!timestamp` only a valid date or time.
 - Digits are bounded: an integer of more than `MAX_INTEGER_DIGITS` significant digits is read as a float, as the
   Hub's JavaScript reads every number (infinite, hence null in JSON, beyond the float range), so no value needs
   quadratic work to read or to write out as JSON.
@@ -99,8 +99,20 @@ def _card_loader(yaml: Any) -> type:
                 raise yaml.constructor.ConstructorError(None, None, f"{text[:40]!r} is not a core-schema {kind}")
             return value
 
+        def construct_timestamp(self, node: Any) -> Any:
+            """An explicit `!!timestamp`: a date or a time of YAML 1.1's form, or a ConstructorError (PyYAML's own
+            fails with AttributeError or ValueError on `99999-01-01` or `2024-13-45`)."""
+            text = node.value if isinstance(node.value, str) else ""
+            if self.timestamp_regexp.match(text) is None:
+                raise yaml.constructor.ConstructorError(None, None, f"{text[:40]!r} is not a timestamp")
+            try:
+                return self.construct_yaml_timestamp(node)
+            except (ValueError, OverflowError) as error:
+                raise yaml.constructor.ConstructorError(None, None, f"{text[:40]!r} is not a date: {error}") from None
+
     for kind in ("int", "float", "bool"):
         CoreConstructor.add_constructor(f"tag:yaml.org,2002:{kind}", CoreConstructor.construct_core)
+    CoreConstructor.add_constructor("tag:yaml.org,2002:timestamp", CoreConstructor.construct_timestamp)
 
     class CardLoader(
         yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer, CoreConstructor,
