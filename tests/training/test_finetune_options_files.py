@@ -109,41 +109,53 @@ def test_an_options_file_is_read_as_the_command_line_reads_its_values(options_fi
     assert type(training_args.learning_rate) is float
 
 
+# Runs `hf-norms ARGV` for each ARGV of a JSON list on stdin, in one process; prints [[status, the fine-tuning modules
+# imported so far], ...]
+EACH_COMMAND = (
+    "import json, sys\n"
+    "from hf_norms import cli\n"
+    "results = []\n"
+    "for argv in json.loads(sys.stdin.read()):\n"
+    "    status = cli.main(argv)\n"
+    "    results.append([status, sorted(m for m in ('datasets', 'hf_norms.training.finetune') if m in sys.modules)])\n"
+    "print(json.dumps(results))\n"
+)
+
+
+def each_command(cases: list[list[str]], folder: Path) -> tuple[list, list[str]]:
+    """([[status, modules], ...], the stderr lines) of `hf-norms ARGV` for each of `cases`, in one process."""
+    result = subprocess.run([sys.executable, "-c", EACH_COMMAND], input=json.dumps(cases), capture_output=True,
+                            text=True, timeout=120, cwd=folder)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), result.stderr.splitlines()
+
+
 def test_an_options_file_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path):
     """A FIFO as the options file used to hang (reading waits for a writer); a folder named .yaml is refused too."""
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "folder.yaml").mkdir()
-    for name in ("fifo.json", "folder.yaml"):
-        result = subprocess.run([sys.executable, "-m", "hf_norms.cli", "finetune", str(tmp_path / name)],
-                                capture_output=True, text=True, timeout=60)  # fmt: skip
-        assert result.returncode == 2, result.stderr
-        assert result.stderr == (
-            f"hf-norms finetune: error: {tmp_path / name} is not a regular file; give a .json or .yaml file of "
-            "options, as `hf-norms finetune --help` lists them.\n"
-        )
+    names = ["fifo.json", "folder.yaml"]
+    results, lines = each_command([["finetune", str(tmp_path / name)] for name in names], tmp_path)
+    assert [status for status, _ in results] == [2, 2]
+    assert lines == [
+        f"hf-norms finetune: error: {tmp_path / name} is not a regular file; give a .json or .yaml file of options, "
+        "as `hf-norms finetune --help` lists them."
+        for name in names
+    ]
 
 
 def test_finetune_without_a_model_answers_before_the_training_code_is_imported(tmp_path):
     """`hf-norms finetune` with no model (or two), on the command line or in a file, says what is missing before the
     fine-tuning code (datasets, the Trainer) is imported: that import was a fifth of the 5.4 CPU-seconds it took."""
-    code = (
-        "import json, sys\n"
-        "from hf_norms import cli\n"
-        "status = cli.main(json.loads(sys.stdin.read()))\n"
-        "print(json.dumps(sorted(m for m in ('datasets', 'hf_norms.training.finetune') if m in sys.modules)))\n"
-        "sys.exit(status)\n"
-    )
     (tmp_path / "options.yaml").write_text("output_dir: out\n")
     cases = [["finetune"], ["finetune", "--output_dir", "out"], ["finetune", str(tmp_path / "options.yaml")],
              ["finetune", "--model_type", "vit_norm", "--model-name-or-path", "x"]]  # fmt: skip
-    for argv in cases:
-        result = subprocess.run([sys.executable, "-c", code], input=json.dumps(argv), capture_output=True, text=True,
-                                timeout=120, cwd=tmp_path)  # fmt: skip
-        assert result.returncode == 2 and result.stderr == (
-            "hf-norms finetune: error: Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type "
-            "(train from scratch).\n"
-        ), result.stderr
-        assert json.loads(result.stdout) == [] and not (tmp_path / "out").exists()
+    results, lines = each_command(cases, tmp_path)
+    assert results == [[2, []]] * len(cases) and not (tmp_path / "out").exists()
+    assert lines == [
+        "hf-norms finetune: error: Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type "
+        "(train from scratch)."
+    ] * len(cases)
 
 
 @pytest.mark.parametrize("text", ["[1]", "power=2"])
