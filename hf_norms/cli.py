@@ -67,15 +67,21 @@ def run_push(arguments: PushArguments) -> int:
     from .hub.publish import publish, pushed_line
 
     check_push_order(arguments.repo_id, arguments.folder)
-    # hf-norms' own INFO lines (what is skipped, what is uploaded); other libraries' from WARNING (httpx logs every
-    # request at INFO)
+    # hf-norms' own INFO lines (what is skipped, what is uploaded) unless --quiet; other libraries' from WARNING (httpx
+    # logs every request at INFO)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    logging.getLogger("hf_norms").setLevel(logging.INFO)
+    logging.getLogger("hf_norms").setLevel(logging.WARNING if arguments.quiet else logging.INFO)
+    if arguments.quiet:  # huggingface_hub's upload bars and transformers' weight-loading bar
+        from huggingface_hub.utils import disable_progress_bars
+        from transformers.utils import logging as transformers_logging
+
+        disable_progress_bars()
+        transformers_logging.disable_progress_bar()
     result = publish(arguments)
     if isinstance(result, list):
         print(json.dumps({"files": result}, indent=1))
     else:
-        print(pushed_line(arguments.folder, arguments.repo_id, result))
+        print(result.commit_url if arguments.quiet else pushed_line(arguments.folder, arguments.repo_id, result))
     return 0
 
 

@@ -92,6 +92,7 @@ class PushArguments(CardArguments):
     commit_message: str | None = option("commit title")
     endpoint: str | None = option("Hub endpoint URL (default: HF_ENDPOINT, else huggingface.co)")
     dry_run: bool = option("check and list the files, upload nothing", False)
+    quiet: bool = option("print only the commit URL: no INFO lines, no progress bars (as `hf upload --quiet`)", False)
 
     def __post_init__(self) -> None:
         require_type("folder", self.folder, (str, os.PathLike), "the checkpoint folder to upload")

@@ -56,6 +56,7 @@ from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError
 from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_registry import STOCK
+from ..output_folders import MARKER_NAME
 from ..redaction import tokens_redacted
 from ..version import VERSION
 from .arguments import PushArguments, hub_takes, push_arguments
@@ -269,6 +270,50 @@ def check_endpoint(endpoint: str) -> None:
         )
 
 
+def left_out_lines(left_out: dict[str, str]) -> list[str]:
+    """One INFO line per file a push leaves out, with why, except hf-norms' own folder marker; the files of a folder
+    left out whole for one reason (a Trainer's `checkpoint-20/`) are one line naming the folder and their count."""
+    by_folder: dict[str, dict[str, str]] = {}
+    for name, reason in sorted(left_out.items()):
+        if Path(name).name != MARKER_NAME:
+            by_folder.setdefault(name.split("/")[0] if "/" in name else name, {})[name] = reason
+    lines = []
+    for top, files in by_folder.items():
+        if len(files) > 1 and len({reason.split(" (add it with")[0] for reason in files.values()}) == 1:
+            reason = next(iter(files.values())).split(" (add it with")[0]
+            lines.append(f"Not uploading {top}/ ({len(files)} files): {reason} (add them with --include '{top}/')")
+        else:
+            lines += [f"Not uploading {name}: {reason}" for name, reason in files.items()]
+    return lines
+
+
+def check_hub_access(endpoint: str, token: str | None) -> None:
+    """Refuse, in one line and before the checkpoint is read, a push the Hub would refuse for who is pushing: no token,
+    an endpoint that does not answer, or a token it does not accept (`whoami`, as `hf auth whoami` asks)."""
+    fix = "Nothing was created."
+    if not token:
+        raise CheckpointRefused(
+            f"No Hugging Face token found: log in with `hf auth login`, set HF_TOKEN or pass --token. {fix}"
+        )
+    try:
+        HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION).whoami()
+    except OfflineModeIsEnabled:
+        raise CheckpointRefused(
+            f"HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push. {fix}"
+        ) from None
+    except HfHubHTTPError as err:
+        if err.response is None or err.response.status_code != 401:
+            return  # a failing server: the push itself reports what it answers (`explain_http_error`)
+        raise CheckpointRefused(
+            f"{endpoint} does not accept the token (HTTP 401): pass another with --token or HF_TOKEN, or log in with "
+            f"`hf auth login`. {fix}"
+        ) from None
+    except httpx2.HTTPError as err:  # connection refused, reset, timed out, ...
+        raise CheckpointRefused(
+            f"Could not reach {endpoint}: {err}. Check the endpoint (--endpoint or HF_ENDPOINT) and the network. {fix}"
+        ) from None
+
+
 def pushed_line(folder: str | os.PathLike[str], repo_id: str, commit: CommitInfo) -> str:
     """The one line `hf-norms push` and `hf-norms finetune --push_to_hub` print: what was pushed, where, as what."""
     return f"Pushed {folder} to {repo_id}: commit {commit.oid} ({commit.commit_url})"
@@ -303,6 +348,8 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
         check_repo_id(a.repo_id)
         check_endpoint(resolve_endpoint(a.endpoint))
         check_token_length(token)
+        if not a.dry_run:
+            check_hub_access(resolve_endpoint(a.endpoint), token)
         folder = Path(a.folder).resolve()
         config, code_files = check_checkpoint(folder, processor)
         architecture = config["architectures"][0]
@@ -331,8 +378,8 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
         texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
         texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}
         files, content_left_out = screen_files(folder, files, token, texts, a.include_skipped or ())
-        for name, reason in sorted({**left_out, **content_left_out}.items()):
-            logger.info("Not uploading %s: %s", name, reason)
+        for line in left_out_lines({**left_out, **content_left_out}):
+            logger.info(line)
         if not files and not render_card:
             raise CheckpointRefused(f"The exclude patterns leave no file of {folder} to upload; nothing was uploaded.")
         if a.dry_run:
@@ -345,8 +392,6 @@ def upload(
 ) -> CommitInfo:
     """Create the repo (and branch) if missing and upload `files` of `folder`, and the card when there is one, in one
     commit, from a staging folder of symlinks to the checked files."""
-    if not token:
-        raise PushError("No Hugging Face token found: log in with `hf auth login` or set HF_TOKEN, then push again.")
     repo_id, revision, endpoint = a.repo_id, a.revision, resolve_endpoint(a.endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION)
     logger.info("Uploading %d files from %s to %s/%s", len(files) + bool(card_text), folder, endpoint, repo_id)

@@ -30,7 +30,8 @@ def hub_token(label: str) -> str:
 
 TOKENS = {label: hub_token(label) for label in ("flag", "env", "stored", "flag-bad", "env-bad", "stored-bad", "owner")}
 OUTCOMES = ("ok", "500", "401", "403", "unreachable", "echo-500", "echo-401")
-EXPECTED_STATUS = {"ok": 0, "500": 1, "401": 1, "403": 1, "unreachable": 1, "echo-500": 1, "echo-401": 1}
+# a refused token and an endpoint that does not answer are input mistakes, found before the folder is read (exit 2)
+EXPECTED_STATUS = {"ok": 0, "500": 1, "401": 2, "403": 1, "unreachable": 2, "echo-500": 1, "echo-401": 2}
 EXPECTED_ERROR = {
     "500": "HTTP 500",
     "401": "HTTP 401",

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import HF_NORMS_SCRIPT
 from huggingface_hub import hf_hub_download
 from publish_setup import copy_of, make_checkpoints, snapshot
 
@@ -137,12 +140,14 @@ def test_server_error_mid_push_then_retry(checkpoints, api, hub, tmp_path, caplo
 
 
 def test_network_failure_and_refused_token(checkpoints, hub, tmp_path):
+    """An endpoint that does not answer and a token it refuses are input mistakes found before the folder is read
+    (`whoami`), as `CheckpointRefused`."""
     folder = checkpoints["vit"]["folder"]
-    with pytest.raises(PushError, match=r"Could not reach http://127\.0\.0\.1:9") as excinfo:
+    with pytest.raises(CheckpointRefused, match=r"Could not reach http://127\.0\.0\.1:9") as excinfo:
         push_to_hub(folder, "org/unreachable", endpoint="http://127.0.0.1:9", token=TOKEN)
     assert TOKEN not in str(excinfo.value)
     wrong = "hf_wrong-token-0000"
-    with pytest.raises(PushError, match="HTTP 401") as excinfo:
+    with pytest.raises(CheckpointRefused, match="HTTP 401") as excinfo:
         push_to_hub(folder, "org/intruder", endpoint=hub.url, token=wrong)
     assert wrong not in str(excinfo.value)
 
@@ -190,3 +195,32 @@ def test_cli_push_in_the_old_order_says_so(checkpoints, api, hub, monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the order is REPO_ID LOCAL_PATH, as in `hf upload`" in err
     assert f"hf-norms push org/old-order {folder}" in err and not api.repo_exists("org/old-order")
+
+
+def test_push_says_what_it_leaves_out_in_one_line_per_folder_and_quiet_prints_only_the_url(
+    checkpoints, api, hub, tmp_path
+):
+    """The README tour's push printed 71 lines: one per file of a Trainer's `checkpoint-20/`, and a suggestion to
+    publish hf-norms' own folder marker. A folder left out whole is one line; the marker is never named; `--quiet`
+    (as `hf upload --quiet`) prints the commit URL and nothing else."""
+    folder = copy_of(checkpoints["vit"]["folder"], tmp_path)
+    (folder / "checkpoint-20").mkdir()
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin"):
+        (folder / "checkpoint-20" / name).write_bytes(b"x")
+    (folder / ".hf-norms-made-this").write_text("{}")
+    (folder / "notes.txt").write_text("mine")
+    env = {**os.environ, "HF_TOKEN": TOKEN, "HF_ENDPOINT": hub.url}
+    env.pop("HF_HUB_OFFLINE", None)
+    push = [str(HF_NORMS_SCRIPT), "push", "org/quiet", str(folder)]
+    dry = subprocess.run([*push, "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    said = [line for line in dry.stderr.splitlines() if line.startswith("INFO Not uploading")]
+    assert said == [
+        "INFO Not uploading checkpoint-20/ (5 files): not a file of an hf-norms checkpoint (add them with --include "
+        "'checkpoint-20/')",
+        "INFO Not uploading notes.txt: not a file of an hf-norms checkpoint (add it with --include notes.txt)",
+    ]
+    quiet = subprocess.run([*push, "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    commit = api.list_repo_commits("org/quiet")[0].commit_id
+    assert quiet.stdout.startswith(hub.url) and quiet.stdout.endswith(f"{commit}\n") and quiet.stdout.count("\n") == 1
