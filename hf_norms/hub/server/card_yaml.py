@@ -72,51 +72,12 @@ def core_float(text: str) -> float | None:
 
 @functools.cache
 def _card_loader(yaml: Any) -> type:
-    """PyYAML's safe loader with the core schema's resolvers and constructors (above), refusing aliases, nesting
-    deeper than `MAX_CARD_DEPTH` and more than `MAX_CARD_NODES` nodes."""
-
-    class CoreResolver(yaml.resolver.BaseResolver):
-        """The core schema's implicit tags of plain scalars."""
-
-    implicit = [
-        ("null", _NULL, ["n", "N", "~", ""]),
-        ("bool", re.compile("|".join(_BOOL)), list("tTfF")),
-        ("int", _INTEGER, list("-+0123456789")),
-        ("float", _FLOAT, list("-+0123456789.")),
-    ]
-    for name, pattern, first in implicit:
-        anchored = re.compile(rf"^(?:{pattern.pattern})$")
-        CoreResolver.add_implicit_resolver(f"tag:yaml.org,2002:{name}", anchored, first)
-
-    class CoreConstructor(yaml.constructor.SafeConstructor):
-        """The safe constructor, with the core schema's integers, floats and booleans."""
-
-        def construct_core(self, node: Any) -> Any:
-            text = self.construct_scalar(node)
-            kind = node.tag.rsplit(":", 1)[1]
-            value = {"int": core_integer, "float": core_float, "bool": _BOOL.get}[kind](text)
-            if value is None:
-                raise yaml.constructor.ConstructorError(None, None, f"{text[:40]!r} is not a core-schema {kind}")
-            return value
-
-        def construct_timestamp(self, node: Any) -> Any:
-            """An explicit `!!timestamp`: a date or a time of YAML 1.1's form, or a ConstructorError (PyYAML's own
-            fails with AttributeError or ValueError on `99999-01-01` or `2024-13-45`)."""
-            text = node.value if isinstance(node.value, str) else ""
-            if self.timestamp_regexp.match(text) is None:
-                raise yaml.constructor.ConstructorError(None, None, f"{text[:40]!r} is not a timestamp")
-            try:
-                return self.construct_yaml_timestamp(node)
-            except (ValueError, OverflowError) as error:
-                raise yaml.constructor.ConstructorError(None, None, f"{text[:40]!r} is not a date: {error}") from None
-
-    for kind in ("int", "float", "bool"):
-        CoreConstructor.add_constructor(f"tag:yaml.org,2002:{kind}", CoreConstructor.construct_core)
-    CoreConstructor.add_constructor("tag:yaml.org,2002:timestamp", CoreConstructor.construct_timestamp)
+    """PyYAML's safe loader with the core schema's resolvers and constructors, refusing aliases, nesting deeper than
+    `MAX_CARD_DEPTH` and more than `MAX_CARD_NODES` nodes."""
+    resolver, constructor = _core_resolver(yaml), _core_constructor(yaml)
 
     class CardLoader(
-        yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer, CoreConstructor,
-        CoreResolver,
+        yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer, constructor, resolver
     ):  # fmt: skip
         """The loader of card metadata; counts the nodes and the depth it composes."""
 
@@ -125,8 +86,8 @@ def _card_loader(yaml: Any) -> type:
             yaml.scanner.Scanner.__init__(self)
             yaml.parser.Parser.__init__(self)
             yaml.composer.Composer.__init__(self)
-            CoreConstructor.__init__(self)
-            CoreResolver.__init__(self)
+            constructor.__init__(self)
+            resolver.__init__(self)
             self.depth = self.nodes = 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
@@ -144,3 +105,53 @@ def _card_loader(yaml: Any) -> type:
                 self.depth -= 1
 
     return CardLoader
+
+
+def _core_resolver(yaml: Any) -> type:
+    """A resolver with the core schema's implicit tags of plain scalars, and no others."""
+
+    class CoreResolver(yaml.resolver.BaseResolver):
+        """The core schema's implicit tags of plain scalars."""
+
+    implicit = [
+        ("null", _NULL, ["n", "N", "~", ""]),
+        ("bool", re.compile("|".join(_BOOL)), list("tTfF")),
+        ("int", _INTEGER, list("-+0123456789")),
+        ("float", _FLOAT, list("-+0123456789.")),
+    ]
+    for name, pattern, first in implicit:
+        anchored = re.compile(rf"^(?:{pattern.pattern})$")
+        CoreResolver.add_implicit_resolver(f"tag:yaml.org,2002:{name}", anchored, first)
+    return CoreResolver
+
+
+def _core_constructor(yaml: Any) -> type:
+    """The safe constructor with the core schema's integers, floats and booleans, and timestamps that fail cleanly."""
+    refused = yaml.constructor.ConstructorError
+
+    class CoreConstructor(yaml.constructor.SafeConstructor):
+        """The safe constructor, with the core schema's integers, floats and booleans."""
+
+        def construct_core(self, node: Any) -> Any:
+            text = self.construct_scalar(node)
+            kind = node.tag.rsplit(":", 1)[1]
+            value = {"int": core_integer, "float": core_float, "bool": _BOOL.get}[kind](text)
+            if value is None:
+                raise refused(None, None, f"{text[:40]!r} is not a core-schema {kind}")
+            return value
+
+        def construct_timestamp(self, node: Any) -> Any:
+            """An explicit `!!timestamp`: a date or a time of YAML 1.1's form, or a ConstructorError (PyYAML's own
+            fails with AttributeError or ValueError on `99999-01-01` or `2024-13-45`)."""
+            text = node.value if isinstance(node.value, str) else ""
+            if self.timestamp_regexp.match(text) is None:
+                raise refused(None, None, f"{text[:40]!r} is not a timestamp")
+            try:
+                return self.construct_yaml_timestamp(node)
+            except (ValueError, OverflowError) as error:
+                raise refused(None, None, f"{text[:40]!r} is not a date: {error}") from None
+
+    for kind in ("int", "float", "bool"):
+        CoreConstructor.add_constructor(f"tag:yaml.org,2002:{kind}", CoreConstructor.construct_core)
+    CoreConstructor.add_constructor("tag:yaml.org,2002:timestamp", CoreConstructor.construct_timestamp)
+    return CoreConstructor
