@@ -155,7 +155,9 @@ class Findings:
             self.search_secrets(headers, "its zip headers: names, extra fields and comments")
             return members
         if not is_text and len(data) >= 512 and is_tar(data):
-            return tar_members(data, self.budget)
+            members, headers = tar_members(data, self.budget)
+            self.search_secrets(headers, "its tar headers: names, pax and GNU headers")
+            return members
         decompress = decompressor_of(data[:16])
         try:
             return None if decompress is None else [("", decompress(data, self.budget))]

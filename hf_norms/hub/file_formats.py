@@ -201,8 +201,9 @@ def zip_members(data: bytes, budget: int) -> tuple[Parts, bytes]:
                     raise Unreadable(f"an encrypted zip member ({info.filename})")
                 if info.header_offset != covered:
                     raise Unreadable("a zip archive with bytes before or between its members")
-                covered = member_end(data, info)
-                headers.append(data[info.header_offset : covered - info.compress_size])
+                start, covered = member_span(data, info)
+                headers += [data[info.header_offset : start], data[start + info.compress_size : covered]]
+                check_member_stream(data[start : start + info.compress_size], info, budget)
                 with archive.open(info) as member:
                     members.append((info.filename, member.read(budget + 1)))
                 budget -= len(members[-1][1])
@@ -214,32 +215,46 @@ def zip_members(data: bytes, budget: int) -> tuple[Parts, bytes]:
     return members, b"".join(headers) + data[archive.start_dir :]
 
 
-def member_end(data: bytes, info: zipfile.ZipInfo) -> int:
-    """Where the zip member `info` ends: its local header, name, extra field, data and data descriptor."""
-    start = info.header_offset
-    name_length, extra_length = struct.unpack("<HH", data[start + 26 : start + 30])
-    end = start + 30 + name_length + extra_length + info.compress_size
+def member_span(data: bytes, info: zipfile.ZipInfo) -> tuple[int, int]:
+    """Where the zip member `info`'s data starts (after its local header, name and extra field) and where the member
+    ends (after its data and data descriptor)."""
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    start = info.header_offset + 30 + name_length + extra_length
+    end = start + info.compress_size
     if info.flag_bits & 8:  # a data descriptor: CRC and sizes (8 bytes each with zip64), after an optional signature
         end += 4 if data[end : end + 4] == b"PK\x07\x08" else 0
         end += 20 if info.file_size >= 0xFFFFFFFF or info.compress_size >= 0xFFFFFFFF else 12
-    return end
+    return start, end
 
 
-def tar_members(data: bytes, budget: int) -> Parts:
-    """Every member of a tar archive (ustar or v7), with nothing but zeros after its last."""
-    members = []
+def check_member_stream(raw: bytes, info: zipfile.ZipInfo, budget: int) -> None:
+    """Unreadable unless the zip member's compressed bytes `raw` are stored, or a deflate stream that ends exactly at
+    their end (zipfile stops at the stream's end and never reads what follows it)."""
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        inflate(raw, budget, window=-zlib.MAX_WBITS)
+    elif info.compress_type != zipfile.ZIP_STORED:
+        raise Unreadable(f"a zip member compressed with method {info.compress_type}, not stored or deflated")
+
+
+def tar_members(data: bytes, budget: int) -> tuple[Parts, bytes]:
+    """(every member of a tar archive (ustar or v7), the bytes of its header blocks: names, pax and GNU headers), for
+    an archive whose members follow each other with zeros as padding, and nothing but zeros after its last."""
+    members, headers, covered = [], [], 0
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
             for info in archive:
+                padded = info.offset_data + (-(-info.size // 512) * 512 if info.isfile() else 0)
+                if info.offset != covered or data[info.offset_data + info.size : padded].strip(b"\0"):
+                    raise Unreadable("a tar archive with bytes between its members or in their padding")
+                headers.append(data[info.offset : info.offset_data])
                 content = archive.extractfile(info).read(budget + 1) if info.isfile() else info.linkname.encode()
                 members.append((info.name, content))
-                budget -= len(content)
-            end = archive.offset
+                budget, covered = budget - len(content), padded
     except (tarfile.TarError, OSError, EOFError) as error:
         raise Unreadable(f"a tar archive that does not unpack ({error})") from None
-    if data[end:].strip(b"\0"):
+    if data[covered:].strip(b"\0"):
         raise Unreadable("a tar archive with bytes after its end")
-    return members
+    return members, b"".join(headers)
 
 
 def is_tar(data: bytes) -> bool:

@@ -158,6 +158,9 @@ UNREAD: dict[str, tuple[str, Callable[[], bytes], str]] = {
     "a key in a PNG text chunk": ("chart.png", lambda: png(b"Comment\0" + KEY.encode()), "private key (its tEXt chunk)"),
     "a key hidden between zip members": ("gap.zip", lambda: zip_with_gap(KEY.encode("utf-16")), "between its members"),
     "a key in a zip comment": ("comment.zip", lambda: zip_bytes({"a.txt": b"x"}, comment=KEY.encode()), "private key (its zip headers"),
+    "a key after a zip member's deflate stream": ("tail.zip", lambda: zip_with_bytes_after_stream(KEY.encode("utf-16")), "does not end where the data ends"),
+    "a key in a tar member's padding": ("pad.tar", lambda: tar_with_padding(KEY.encode("utf-16")), "in their padding"),
+    "a key in a tar pax header": ("pax.tar", lambda: pax_tar({"comment": KEY}), "private key (its tar headers"),
     "a secret in a zip member's name": ("names.zip", lambda: zip_bytes({f"keys/{GITHUB_TOKEN}.txt": b"x"}), "(its zip headers: names"),
 }  # fmt: skip
 # read in full and published
@@ -182,6 +185,41 @@ def zip_bytes(members: dict[str, bytes], comment: bytes = b"") -> bytes:
         for name, data in members.items():
             archive.writestr(name, data)
         archive.comment = comment
+    return buffer.getvalue()
+
+
+def zip_with_bytes_after_stream(hidden: bytes) -> bytes:
+    """A zip of one deflated member whose compressed size counts `hidden` after its deflate stream."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("notes.txt", b"loss 0.1 at step 5\n" * 20)
+    data = buffer.getvalue()
+    directory = data.rfind(b"PK\x01\x02")
+    name_length, extra_length = struct.unpack("<HH", data[26:30])
+    stream_end = 30 + name_length + extra_length + struct.unpack("<I", data[18:22])[0]
+    out = bytearray(data[:stream_end] + hidden + data[stream_end:])
+    size = struct.unpack("<I", out[18:22])[0] + len(hidden)
+    out[18:22] = struct.pack("<I", size)
+    directory += len(hidden)
+    out[directory + 20 : directory + 24] = struct.pack("<I", size)
+    end = out.rfind(b"PK\x05\x06")
+    out[end + 16 : end + 20] = struct.pack("<I", directory)
+    return bytes(out)
+
+
+def tar_with_padding(hidden: bytes) -> bytes:
+    """A tar of one 3-byte member with `hidden` in the padding of its data block."""
+    data = bytearray(v7_tar({"a.txt": b"abc"}))
+    data[512 + 3 : 512 + 3 + len(hidden)] = hidden
+    return bytes(data)
+
+
+def pax_tar(headers: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        info = tarfile.TarInfo("a.txt")
+        info.size, info.pax_headers = 3, headers
+        archive.addfile(info, io.BytesIO(b"abc"))
     return buffer.getvalue()
 
 
