@@ -8,7 +8,8 @@ all of it, and neither the token nor a secret pattern occurs in what it read.
   in its text, the text of a base64 run, the header of a safetensors file, the text chunks of an image, the members
   of an archive; the reason names where (a line, a JSON key, an archive member);
 - `unread`: why push cannot read all of it, or None when it could. The known formats: UTF-8 text (JSON parsed in full
-  when the file is `.json`; YAML, Markdown, CSV, vocabularies and merges as text), UTF-16/32 text with a byte-order
+  when the file is `.json`, and when a text parses as JSON its strings are searched unescaped too; YAML, Markdown,
+  CSV, vocabularies and merges as text; base64 runs decoded), UTF-16/32 text with a byte-order
   mark, safetensors, PNG, JPEG, NumPy arrays, protocol buffers (sentencepiece's `tokenizer.model`), zip and tar
   archives and gzip, bzip2, xz, lzma and zlib streams it can unpack to the end within `UNPACK_LIMIT` bytes and
   `MAX_DEPTH` levels (`hf_norms.hub.file_formats`). Anything else (a pickle, an unknown or opaque format, a decode

@@ -6,8 +6,10 @@ unpacked) raise `Unreadable`: what push cannot read in full, it does not publish
 
 Formats: safetensors (the JSON header, the tensor data covering the rest exactly), PNG (every chunk's CRC, text chunks
 and image data inflated), JPEG (every segment up to EOI, nothing after), NumPy `.npy` (not of Python objects),
-protocol buffers (`tokenizer.model` of sentencepiece: every field to the end), zip and tar archives (every member
-read, nothing after the end), gzip, bzip2, xz, lzma and zlib streams (decompressed to their end, checksum checked).
+protocol buffers (`tokenizer.model` of sentencepiece: every field to the end), zip archives (members stored or
+deflated, each stream ending at its compressed size, no gap between members and directory, nothing after the end
+record), tar archives (members one after the other, zero padding, header blocks returned to be searched), gzip,
+bzip2, xz, lzma and zlib streams (decompressed to their end, checksum checked).
 """
 
 from __future__ import annotations
