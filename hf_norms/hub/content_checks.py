@@ -62,6 +62,8 @@ LONG_RUN = 240  # bytes kept of a run of value characters before the secret sett
 # a setting's value that is not a secret: a Python type or constant
 NOT_A_VALUE = rb"(?!(?:str|bytes|bool|int|none|null|true|false|optional)\b)"
 VALUE_CHARACTERS = rb"[^\"'\s,;()\[\]{}<>`]"
+# nor a checkpoint's file name: a sharded model's index maps `embeddings.cls_token` to `model-00001-of-00011.safetensors`
+NOT_A_FILE_NAME = rb"(?![^\"'\s]{0,200}\.(?:safetensors|bin|json|txt|model|onnx|pt|pth)(?=[\"'\s,;}\]]|$))"
 # (reason, patterns of lower-cased text); each starts with literal bytes (a fast search), and no unbounded run can be
 # taken again from a later start
 CREDENTIALS = tuple(
@@ -80,6 +82,7 @@ CREDENTIALS = tuple(
             rb"(?:passw(?:or)?d|secret|token|(?:secret|api|access|private|auth)_?key|auth|credentials?)[\"']?[ \t]*+"
             rb"[:=][ \t]*+[\"']?(?![\[<])"
             + NOT_A_VALUE
+            + NOT_A_FILE_NAME
             + rb"(?=[^\"'\s]{0,200}[\d+/=~!@#$%^&*-])"
             + VALUE_CHARACTERS
             + rb"{8,200}+(?=[\"'\s,;}\]]|$)",

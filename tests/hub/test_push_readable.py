@@ -551,3 +551,17 @@ def test_the_command_line_refuses_in_one_line_with_status_2(
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert line.startswith("hf-norms push: error: ") and re.search(match, line), line
     assert GITHUB_TOKEN not in line and not api.repo_exists("org/cli-refused")
+
+
+def test_a_sharded_vision_checkpoint_is_published_whole(tmp_path: Path) -> None:
+    """A sharded ViT's `model.safetensors.index.json` maps `embeddings.cls_token` to a shard's file name, which the
+    secret-setting pattern took for a token's value: every sharded ViT, DeiT and DINOv2 was refused."""
+    from conftest import tiny_config
+    from transformers import ViTImageProcessorPil
+
+    folder = tmp_path / "sharded"
+    hf_norms.ViTNormModel(tiny_config("vit", "dtn")).save_pretrained(folder, max_shard_size="20KB")
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    shards = sorted(path.name for path in folder.glob("model-*.safetensors"))
+    assert len(shards) > 2 and "embeddings.cls_token" in (folder / "model.safetensors.index.json").read_text()
+    assert set(shards) | {"model.safetensors.index.json", "config.json"} <= set(dry_run(folder))
