@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from ..models.model_classes import MODEL_CLASSES
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
+from ..readers import read_json_object
 from ..version import VERSION
 from .arguments import ConversionOptions, ConvertArguments, split_options
 from .calibration import calibrate_norms, norms_in_forward_order
@@ -51,6 +51,7 @@ from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_
 from .fidelity import measure_fidelity
 from .folding import POST_LN_MESSAGE, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
+from .progress import StageLines
 from .report import set_fine_tuning_config, write_report
 from .residual_stream import center_residual_stream
 from .retrieval import RetrievalCheck, measure_retrieval
@@ -164,14 +165,17 @@ def convert_model(
     require_type("norm_type", norm_type, str, f"one of {sorted(NORM_TYPES)}")
     conversion, norm_options_given = split_options(ConversionOptions, options)
     arguments = ConversionOptions(calibration_data=calibration_data, **conversion)
-    return convert_with(model, norm_type, arguments, norm_options_given, processor, share_weights)
+    stage = StageLines("hf_norms.convert_model", arguments.progress)
+    stage.expect(conversion_stages(norm_type, describe_model(model).family, arguments))
+    return convert_with(model, norm_type, arguments, norm_options_given, processor, share_weights, stage)
 
 
 def convert_with(
     model: nn.Module, norm_type: str, arguments: ConversionOptions, options: dict[str, Any], processor: Any,
-    share_weights: bool,
+    share_weights: bool, stage: StageLines,
 ) -> nn.Module:  # fmt: skip
-    """`convert_model` with its options parsed: `arguments` the conversion's, `options` the norm's."""
+    """`convert_model` with its options parsed: `arguments` the conversion's, `options` the norm's; each stage is
+    announced by `stage`."""
     max_length = fitting_max_length(model.config, arguments.max_length or DEFAULT_MAX_LENGTH)
     source = describe_model(model)
     merged, exact = norm_options(norm_type, options, source.family)
@@ -187,17 +191,20 @@ def convert_with(
             "the residual stream."
         )
     check_finite_weights(model, source.architecture)
+    calibrated = norm_spec(norm_type) if needs_calibration(norm_spec(norm_type), source.family) else None
     teacher = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
     training = teacher.training
+    stage("reading and encoding the evaluation and calibration data")
     data = ConversionData.load(teacher.config, source.modality, processor, arguments, max_length)
+    stage(f"building the {norm_type} model")
     student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
     if centered:  # exact once the residual stream is free of its mean (`residual_stream`)
         center_residual_stream(student)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
     try:
-        calibrated = norm_spec(norm_type) if needs_calibration(norm_spec(norm_type), source.family) else None
-        stages, calibration = measure_stages(student, teacher, data, norm_names, calibrated, exact, arguments.progress)
+        stages, calibration = measure_stages(student, teacher, data, norm_names, calibrated, exact, stage)
         if arguments.target_cosine is not None:
+            stage(f"choosing the layers that keep LayerNorm for a cosine of {arguments.target_cosine}")
             student, layer_sweep = choose_layernorm_layers(student, teacher, source, merged, data, norm_names,
                                                            arguments.target_cosine, stages)  # fmt: skip
     finally:
@@ -213,6 +220,12 @@ def convert_with(
     if arguments.fold:
         student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
     return student
+
+
+def conversion_stages(norm_type: str, family: str, arguments: ConversionOptions) -> int:
+    """How many stages `convert_with` announces: data, build, measure (and calibrate, measure again; choose layers)."""
+    calibrated = needs_calibration(norm_spec(norm_type), family)
+    return 3 + 2 * calibrated + (arguments.target_cosine is not None)
 
 
 def check_calibration_data(norm_type: str, family: str, calibration_data: Any) -> None:
@@ -307,6 +320,9 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     if a.max_length is None:
         a = dataclasses.replace(a, max_length=own_max_length(checkpoint.path))
     exact = norm_options(a.norm_type, a.options, source_model.family)[1]  # a wrong norm_type or option: before loading
+    layers = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
+    if isinstance(layers.get("num_hidden_layers"), int):  # a layer choice that does not fit: before loading too
+        layer_plan(a.norm_type, layers["num_hidden_layers"], a.keep_layernorm, a.target_cosine, exact, a.options)
     if a.fold and source_model.family == "bert":
         raise ConversionError(POST_LN_MESSAGE)
     protected = {"the source": checkpoint.path,
@@ -317,19 +333,26 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     checkpoint_files(checkpoint.path, sentence_transformers_files(checkpoint.path))
 
     processor = load_processor(checkpoint.path, source_model.modality)
+    retrieval_measured = bool(a.retrieval_samples) and bool(sentence_transformers_files(checkpoint.path))
+    stage = StageLines("hf-norms convert", a.progress)
+    stage.expect(2 + retrieval_measured + conversion_stages(a.norm_type, source_model.family, a))
     with planned.staged("convert") as staging:  # made before the slow part: a staging name or parent that fails, now
         centered = source_model.family in norm_spec(a.norm_type).centered_families  # edits the weights
         mapped = exact and not (a.fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
         weights = MappedWeights(checkpoint.path) if mapped else None
+        stage(f"loading the source checkpoint ({source_model.architecture})")
         teacher = load_teacher(checkpoint, source_model, weights.tensors if weights else None).to(target)
         with pages_dropped_after_use(weights) if weights else nullcontext():
-            student = convert_with(teacher, a.norm_type, a, a.options or {}, processor, mapped)
+            student = convert_with(teacher, a.norm_type, a, a.options or {}, processor, mapped, stage)
         report = student.conversion_report
         report["source"] = str(checkpoint.path) if checkpoint.revision is None else checkpoint.source
         report["source_revision"] = checkpoint.revision
+        if retrieval_measured:
+            stage("measuring retrieval with the source's sentence-transformers pipeline")
         retrieval = RetrievalCheck.load(checkpoint.path, a.retrieval_samples, a.batch_size)
         measure_retrieval(report, retrieval, student, teacher)
         set_fine_tuning_config(student, report)
+        stage(f"writing the checkpoint and its report to {staging.name}")
         if weights:
             save_like_source(student, processor, staging, weights)
         else:
@@ -398,23 +421,26 @@ def measure_stages(
     norm_names: list[str],
     calibration: NormSpec | None,
     exact: bool,
-    progress: bool,
+    stage: StageLines,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The fidelity of each stage (`exact`, or `naive` then, with a `calibration` (the spec of a norm that is
     calibrated), `calibrated`, calibrating on the way the norms of `norm_names` that are not LayerNorm), and the
     calibration's record."""
-    measure = lambda: with_downstream(  # noqa: E731
-        measure_fidelity(student, teacher, data.evaluation_batches, norm_names), data.downstream, student, teacher
-    )
+    examples = sum(len(next(iter(batch.values()))) for batch in data.evaluation_batches)
+    checks = " and the downstream checks" if data.downstream is not None and data.downstream.active else ""
+
+    def measure(what: str) -> dict[str, Any]:
+        stage(f"measuring the {what} conversion on {examples} examples{checks}")
+        measured = measure_fidelity(student, teacher, data.evaluation_batches, norm_names)
+        return with_downstream(measured, data.downstream, student, teacher)
+
     if calibration is None:
-        return {"exact" if exact else "naive": measure()}, None
-    if progress:  # the calibration's bar comes after this measurement
-        examples = sum(len(next(iter(batch.values()))) for batch in data.evaluation_batches)
-        print(f"measuring the naive conversion on {examples} examples, then calibrating", file=sys.stderr, flush=True)
-    stages = {"naive": measure()}
+        return {"exact" if exact else "naive": measure("exact" if exact else "naive")}, None
+    stages = {"naive": measure("naive")}
     replaced = [name for name in norm_names if not isinstance(student.get_submodule(name), nn.LayerNorm)]
-    result = calibrate_norms(student, teacher, data.calibration_batches, replaced, calibration, progress)
-    stages["calibrated"] = measure()
+    stage(f"calibrating {len(replaced)} norms on {len(data.calibration)} examples")
+    result = calibrate_norms(student, teacher, data.calibration_batches, replaced, calibration, stage.enabled)
+    stages["calibrated"] = measure("calibrated")
     record = {
         "data": data.calibration.description,
         "samples": len(data.calibration),

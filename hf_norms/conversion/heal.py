@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from ..cli_parsing import ArgumentsParser
 from ..errors import handled_errors
@@ -38,6 +39,7 @@ def run(arguments: HealArguments) -> int:
     if os.environ.get("RANK", "0") == "0":  # one process of several (torchrun, accelerate launch): rank 0 prints
         for stage, metrics in report["stages"].items():
             print(stage_summary(stage, metrics, max_abs_diff=False))
+        print(f"wrote {Path(arguments.output or arguments.folder).resolve()} (report: conversion_report.md)")
     return 0
 
 

@@ -86,6 +86,7 @@ from .distillation import (
 from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .processes import Processes
+from .progress import StageLines
 from .report import REPORT_JSON, read_report, set_fine_tuning_config, write_report
 from .retrieval import RetrievalCheck, measure_retrieval, sentence_pooling
 from .sources import (
@@ -226,7 +227,12 @@ def heal_prepared(run: HealingRun) -> ClaimedFolder | None:
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     if processes.is_main:
         report, examples = run.report, run.examples
+        stage = StageLines("hf-norms heal", a.progress)
+        stage.expect(2 + (run.retrieval is not None))
+        stage(f"measuring the healed model on {len(run.evaluation)} examples")
         measure_healed(report, student, run.teacher, run.processor, run.evaluation, run.checks, a.batch_size)
+        if run.retrieval is not None:
+            stage("measuring retrieval with the source's sentence-transformers pipeline")
         measure_retrieval(report, run.retrieval, student, run.teacher)
         report["healing"] = {
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
@@ -241,6 +247,7 @@ def heal_prepared(run: HealingRun) -> ClaimedFolder | None:
             "streamed": not isinstance(examples, Examples), "resumed_from_step": resumed_from,
             **run_record(run.device, processes, teacher_record, a.batch_size, steps - (resumed_from or 0), seconds),
         }  # fmt: skip
+        stage("writing the healed checkpoint and its report")
         _save_healed(student, run.processor, run.folder, run.staging, report)
     return work if processes.is_main and steps >= a.max_steps else None
 

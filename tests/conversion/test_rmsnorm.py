@@ -67,8 +67,21 @@ def test_bert_is_calibrated_and_the_command_line_converts_it(tiny_bert_dir, tmp_
                        "--calibration-samples", "24", "--eval-samples", "8", "--output", str(output)])  # fmt: skip
     err = capsys.readouterr().err
     assert status == 0, err
-    # before the calibration's bar, a line says what the first seconds are spent on
-    assert "measuring the naive conversion on 8 examples, then calibrating" in err.split("calibrating:")[0], err
+    # every stage is announced, numbered k/N, before the calibration's bar and after it (a DyT convert of MiniLM was
+    # silent from 23 s to 170 s)
+    stages = [line.split(": ", 2)[1:] for line in err.splitlines() if line.startswith("hf-norms convert: stage ")]
+    assert [stage for stage, _ in stages] == [f"stage {k}/7" for k in range(1, 8)], err
+    checked = " and the downstream checks"  # the default probe
+    assert [what.rsplit(" (at ", 1)[0] for _, what in stages[:-1]] == [
+        "loading the source checkpoint (BertForMaskedLM)",
+        "reading and encoding the evaluation and calibration data",
+        "building the rmsnorm model",
+        f"measuring the naive conversion on 8 examples{checked}",
+        "calibrating 6 norms on 24 examples",
+        f"measuring the calibrated conversion on 8 examples{checked}",
+    ]
+    assert stages[-1][1].startswith(f"writing the checkpoint and its report to .{output.name}.hf-norms-staging.")
+    assert err.index("stage 5/7") < err.index("calibrating:") < err.index("stage 6/7")
     report = __import__("json").loads((output / "conversion_report.json").read_text())
     stages = {stage: values["end_to_end"]["mean_cosine"] for stage, values in report["stages"].items()}
     assert not report["exact"] and set(stages) == {"naive", "calibrated"}
