@@ -272,6 +272,19 @@ def test_hub_with_a_file_as_root_is_one_line_with_status_2(tmp_path: Path) -> No
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and file.read_bytes() == b"mine"
 
 
+def test_hub_on_a_port_in_use_is_one_line_and_makes_no_root(tmp_path: Path) -> None:
+    """`hub --port` of a port another program listens on was a raw OSError (exit 1), after the root was made."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([str(HF_NORMS_SCRIPT), "hub", "--root", str(tmp_path / "repos"), "--port", str(port)],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+    expected = f"hf-norms hub: error: Cannot listen on 127.0.0.1:{port} (Address already in use): choose another "
+    assert (result.returncode, result.stdout) == (2, "") and result.stderr.startswith(expected), result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "repos").exists()
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ...errors import HubError
+from ...errors import HubError, InputError
 from .arguments import HubArguments
 from .messages import Request, Response, error_response
 from .payloads import CONTROL_CHARACTERS, check_text
@@ -344,8 +344,14 @@ class HubServer:
         """Bind 127.0.0.1 and serve in a background thread; returns self."""
         if self._httpd is not None:
             raise RuntimeError("HubServer is already running")
+        try:  # bound before the root is made: a port in use leaves nothing behind
+            self._httpd = _HTTPServer(("127.0.0.1", self._port), self)
+        except OSError as error:
+            raise InputError(
+                f"Cannot listen on 127.0.0.1:{self._port} ({error.strerror}): choose another --port, or 0 for any "
+                "free one."
+            ) from None
         self.root.mkdir(parents=True, exist_ok=True)
-        self._httpd = _HTTPServer(("127.0.0.1", self._port), self)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hf-norms-hub", daemon=True
         )
