@@ -102,8 +102,8 @@ class ConversionOptions:
     """How a model is converted and measured (`convert_model` in memory; `convert` adds where from and to)."""
 
     calibration_data: str | None = option(
-        "DyT/Derf calibration data: .txt, image folder or saved dataset (in Python also texts, images or a "
-        "datasets.Dataset)"
+        "DyT/Derf calibration data: .txt, .csv, .json/.jsonl or .parquet file, image folder or saved dataset (in "
+        "Python also texts, images or a datasets.Dataset)"
     )
     calibration_samples: int = option("examples the calibration fits on", 64)
     evaluation_data: str | None = option(
@@ -143,7 +143,16 @@ class ConversionOptions:
         "the report shows every choice",
         metavar="C",
     )
+    text_column: str | None = option(
+        "the column of texts in a .csv/.json/.jsonl/.parquet file or saved dataset (default: text, sentence, content "
+        "or document, else the first text column)"
+    )
+    image_column: str | None = option("the column of images (default: image, img, else the first image column)")
     progress: bool = option("show progress bars", False, cli=False)
+
+    def data_column(self, modality: str) -> str | None:
+        """The column the data of a `modality` ("text" or "image") model is read from, where one is named."""
+        return self.text_column if modality == "text" else self.image_column
 
     def __post_init__(self) -> None:
         check_counts(self, "calibration_samples", "evaluation_samples", "ood_evaluation_samples", "probe_samples",

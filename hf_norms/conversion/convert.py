@@ -100,16 +100,14 @@ def norm_options(norm_type: str, options: dict[str, Any] | None, family: str) ->
 
 
 def evaluation_examples(
-    modality: str,
-    evaluation_data: Any,
-    evaluation_samples: int,
-    calibration: Examples | None,
-    calibration_samples: int,
+    modality: str, arguments: ConversionOptions, calibration: Examples | None
 ) -> tuple[Examples, int]:
     """Evaluation examples and their start index: the given data; else the calibration data's examples after the
     calibration samples (held out); else the built-in probes."""
-    if evaluation_data is not None:
-        return load_examples(evaluation_data, modality, evaluation_samples), 0
+    evaluation_samples, calibration_samples = arguments.evaluation_samples, arguments.calibration_samples
+    if arguments.evaluation_data is not None:
+        column = arguments.data_column(modality)
+        return load_examples(arguments.evaluation_data, modality, evaluation_samples, column), 0
     if calibration is not None and len(calibration) > calibration_samples:
         return calibration.take(calibration_samples, evaluation_samples), calibration_samples
     if calibration is not None:
@@ -232,7 +230,7 @@ def check_calibration_data(norm_type: str, family: str, calibration_data: Any) -
     if needs_calibration(norm_spec(norm_type), family) and calibration_data is None:
         raise ConversionError(
             f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
-            "a .txt file, a folder of images, or a saved datasets folder)."
+            "a .txt, .csv, .json/.jsonl or .parquet file, a folder of images, or a saved datasets folder)."
         )
 
 
@@ -373,6 +371,7 @@ class ConversionData:
     calibration: Examples | None
     calibration_batches: list[dict] | None
     downstream: DownstreamChecks | None = None  # out-of-domain and probe checks, measured at every stage
+    column: str | None = None  # the data file's column the examples were read from, where one was named
 
     @classmethod
     def load(cls, config, modality: str, processor, arguments: ConversionOptions, max_length: int) -> ConversionData:
@@ -381,7 +380,10 @@ class ConversionData:
         # read as far as needed: without evaluation data, the examples after the calibration samples are evaluated on
         a = arguments
         count = a.calibration_samples + (a.evaluation_samples if a.evaluation_data is None else 0)
-        calibration = None if a.calibration_data is None else load_examples(a.calibration_data, modality, count)
+        calibration = (
+            None if a.calibration_data is None
+            else load_examples(a.calibration_data, modality, count, a.data_column(modality))
+        )  # fmt: skip
         if (calibration is not None or a.evaluation_data is not None) and processor is None:
             needed = "tokenizer" if modality == "text" else "image processor"
             raise ConversionError(f"The data needs the model's {needed} to encode it: give one (processor=...).")
@@ -390,8 +392,7 @@ class ConversionData:
             examples = Examples([None] * len(next(iter(batches[0].values()))), RAW_PROBES, modality)
             data = cls(modality, examples, 0, batches, None, None)
         else:
-            evaluation, start = evaluation_examples(modality, a.evaluation_data, a.evaluation_samples, calibration,
-                                                    a.calibration_samples)  # fmt: skip
+            evaluation, start = evaluation_examples(modality, a, calibration)
             calibration_batches = None
             if calibration is not None:
                 calibration = calibration.take(0, a.calibration_samples)
@@ -401,6 +402,7 @@ class ConversionData:
         check_out_of_domain(a.ood_evaluation_data, calibration_data=a.calibration_data,
                             evaluation_data=a.evaluation_data)  # fmt: skip
         checked = CheckData(a.ood_evaluation_data, a.ood_evaluation_samples, a.probe_data, a.probe_samples)
+        data.column = a.data_column(modality)
         data.downstream = DownstreamChecks.load(processor, modality, checked, a.batch_size, max_length, data.evaluation)
         return data
 
@@ -411,6 +413,7 @@ class ConversionData:
             "start": self.evaluation_start,
             "max_length": max_length,
             "pooling": "mean" if self.modality == "text" else "cls",
+            **({"column": self.column} if self.column else {}),
         }
 
 

@@ -21,9 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import ConversionError
+from ..errors import ConversionError, one_line
 from ..readers import check_document, cut_text, open_image, text_lines
 
+# data files read by `datasets.load_dataset` (as `finetune` reads them): suffix -> its packaged builder
+DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 TEXT_COLUMNS = ("text", "sentence", "content", "document")
 IMAGE_COLUMNS = ("image", "img", "pixel_values")
@@ -55,23 +57,24 @@ class Examples:
         return Examples(self.items[start:stop], self.description, self.modality)
 
 
-def load_examples(data: Any, modality: str, count: int | None = None) -> Examples:
+def load_examples(data: Any, modality: str, count: int | None = None, column: str | None = None) -> Examples:
     """The first `count` (default: all) texts (`modality="text"`) or RGB images (`"image"`) of a calibration or
-    evaluation data source; a path is read only as far as that.
+    evaluation data source; a `.txt` file or an image folder is read only as far as that.
 
-    `data` is one of: a `.txt` file (one text per non-empty line); a folder of image files (searched recursively,
-    sorted by path); a folder written by `datasets.Dataset.save_to_disk`; a `datasets.Dataset`; a list of strings or
-    of PIL images. A dataset's column is `text`/`sentence`/`content`/`document` or `image`/`img`, else the first
-    column of the right kind. Everything goes through the bounded readers (`hf_norms.readers`): a text longer than
+    `data` is one of: a `.txt` file (one text per non-empty line); a `.csv`, `.json`, `.jsonl` or `.parquet` file,
+    read by `datasets.load_dataset` as `finetune` reads it; a folder of image files (searched recursively, sorted by
+    path); a folder written by `datasets.Dataset.save_to_disk`; a `datasets.Dataset`; a list of strings or of PIL
+    images. A data set's column is `column` when given, else `text`/`sentence`/`content`/`document` or `image`/`img`,
+    else the first column of the right kind. Everything goes through the bounded readers (`hf_norms.readers`): a text longer than
     `TEXT_LIMIT` characters (a line, a dataset's document, a text of the list) gives several examples, and every image
     file is checked from its header before it is decoded.
     """
     if isinstance(data, (str, os.PathLike)):
         path = Path(data).expanduser().resolve()  # reports name absolute paths
-        return Examples(list(itertools.islice(_path_items(path, modality), count)), str(path), modality)
+        return Examples(list(itertools.islice(_path_items(path, modality, column), count)), str(path), modality)
     if _is_dataset(data):
         return Examples(
-            list(itertools.islice(dataset_items(data, modality, "datasets.Dataset"), count)),
+            list(itertools.islice(dataset_items(data, modality, "datasets.Dataset", column), count)),
             _describe_dataset(data),
             modality,
         )
@@ -83,18 +86,29 @@ def load_examples(data: Any, modality: str, count: int | None = None) -> Example
             items, f"in-memory list of {len(items)} {'texts' if modality == 'text' else 'images'}", modality
         )
     raise ConversionError(
-        f"Unsupported data source {type(data).__name__}: give a .txt file, a folder of images, a folder saved by "
-        "datasets' save_to_disk, a datasets.Dataset, or a non-empty list of texts or images."
+        f"Unsupported data source {type(data).__name__}: give a .txt, .csv, .json/.jsonl or .parquet file, a folder "
+        "of images, a folder saved by datasets' save_to_disk, a datasets.Dataset, or a non-empty list of texts or "
+        "images."
     )
 
 
-def _path_items(path: Path, modality: str) -> Iterator[Any]:
+def _path_items(path: Path, modality: str, column: str | None) -> Iterator[Any]:
     """The examples of a local data source, read one at a time (checked to hold at least one)."""
     if not path.exists():
         raise ConversionError(f"Data source {path} does not exist.")
-    if path.is_file():
+    if path.is_file() and path.suffix in DATA_FILE_BUILDERS:
+        import datasets
+
+        try:
+            dataset = datasets.load_dataset(DATA_FILE_BUILDERS[path.suffix], data_files=str(path), split="train")
+        except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as error:
+            raise ConversionError(f"{path} does not read as a {path.suffix} data file: {one_line(error)}") from None
+        items, what = dataset_items(dataset, modality, str(path), column), f"{modality} examples"
+    elif path.is_file():
         if path.suffix != ".txt":
-            raise ConversionError(f"Data file {path} is not a .txt file (one text per line).")
+            raise ConversionError(
+                f"Data file {path} is not a .txt (one text per line), .csv, .json, .jsonl or .parquet file."
+            )
         if modality != "text":
             raise ConversionError(f"{path} holds texts, but this model takes images: give a folder of images.")
         items, what = text_lines(path), "text lines"
@@ -104,7 +118,7 @@ def _path_items(path: Path, modality: str) -> Iterator[Any]:
         dataset = datasets.load_from_disk(str(path))
         if isinstance(dataset, datasets.DatasetDict):
             dataset = dataset["train" if "train" in dataset else next(iter(dataset))]
-        items, what = dataset_items(dataset, modality, str(path)), f"{modality} examples"
+        items, what = dataset_items(dataset, modality, str(path), column), f"{modality} examples"
     else:
         files = image_files(path)
         if not files:

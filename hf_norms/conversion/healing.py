@@ -391,7 +391,9 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
     if recorded["data"].startswith("built-in"):
         return probe_examples(modality, recorded["samples"]), None
     if Path(recorded["data"]).exists():
-        examples = load_examples(recorded["data"], modality, recorded["start"] + recorded["samples"])
+        count = recorded["start"] + recorded["samples"]
+        column = recorded.get("column") if isinstance(recorded.get("column"), str) else None
+        examples = load_examples(recorded["data"], modality, count, column)
         examples = examples.take(recorded["start"], recorded["samples"])
         return examples, recorded["data"]
     raise ConversionError(

@@ -426,3 +426,49 @@ def test_cli_reports_errors_with_exit_code_2(tiny_vit_dir, tmp_path, capsys):
         "dtn_num_heads": None,
     }
     assert hf_norms.__version__
+
+
+@pytest.mark.parametrize("kind", [".csv", ".jsonl", ".parquet"])
+def test_calibration_and_evaluation_data_read_as_finetune_reads_them(kind, tiny_bert_dir, tmp_path, capsys):
+    """`convert --calibration-data news.csv` was refused ("not a .txt file") while finetune takes CSV, JSON and
+    Parquet: every kind is read by `datasets.load_dataset`, its column named by --text-column (or found by name)."""
+    import datasets
+
+    rows = {
+        "title": [f"title {i}" for i in range(40)],
+        "body": [f"article {i} about markets and the match" for i in range(40)],
+    }
+    data = datasets.Dataset.from_dict(rows)
+    path = tmp_path / f"news{kind}"
+    {".csv": data.to_csv, ".jsonl": data.to_json, ".parquet": data.to_parquet}[kind](str(path))
+    output = tmp_path / "bert-dyt"
+    argv = ["convert", str(tiny_bert_dir), "--norm-type", "dyt", "--calibration-data", str(path),
+            "--calibration-samples", "24", "--eval-samples", "8", "--text-column", "body", "--output", str(output)]  # fmt: skip
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    report = json.loads((output / REPORT_JSON).read_text())
+    assert (report["calibration"]["data"], report["calibration"]["samples"]) == (str(path), 24)
+    assert (report["evaluation"]["samples"], report["evaluation"]["start"], report["evaluation"]["column"]) == (
+        8,
+        24,
+        "body",
+    )
+    if kind == ".jsonl":  # heal reloads the evaluation examples from the same column (its --data takes no CSV yet)
+        heal = [
+            "heal",
+            str(output),
+            "--data",
+            str(path),
+            "--text-column",
+            "body",
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "4",
+        ]
+        assert cli.main(heal) == 0, capsys.readouterr().err
+        evaluation = healing._evaluation_examples(report, "text", None)[0].items
+        assert evaluation == rows["body"][24:32]
+        healed = json.loads((output / REPORT_JSON).read_text())
+        assert healed["stages"]["healed"]["end_to_end"]["mean_cosine"] > 0 and healed["healing"]["steps"] == 1
+    assert cli.main([*argv[:-1], str(tmp_path / "other"), "--text-column", "summary"]) == 2
+    assert f"{path} has no column 'summary' (columns: ['title', 'body'])" in capsys.readouterr().err
