@@ -434,7 +434,7 @@ def measure_stages(
 
     def measure(what: str) -> dict[str, Any]:
         stage(f"measuring the {what} conversion on {examples} examples{checks}")
-        measured = measure_fidelity(student, teacher, data.evaluation_batches, norm_names)
+        measured = measure_fidelity(student, teacher, data.evaluation_batches, norm_names, stage.enabled)
         return with_downstream(measured, data.downstream, student, teacher)
 
     if calibration is None:

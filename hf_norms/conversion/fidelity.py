@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 
 from ..errors import ConversionError
 from .data import TOKEN_TYPES, model_device, on_device, real_token_mask, run_model, token_type_masks
@@ -107,10 +108,10 @@ def split_batch(batch: dict, size: int) -> list[dict]:
 
 
 def measure_fidelity(
-    student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str]
+    student: nn.Module, teacher: nn.Module, batches: Sequence[dict], norm_names: Sequence[str], progress: bool = False
 ) -> dict[str, Any]:
     """End-to-end and per-norm fidelity of `student` to `teacher` (on the same device) on `batches` (see module
-    docstring), compared `EXAMPLES_PER_FORWARD` examples at a time."""
+    docstring), compared `EXAMPLES_PER_FORWARD` examples at a time, with a tqdm bar of them when `progress`."""
     student_training, teacher_training = student.training, teacher.training
     student.eval(), teacher.eval()
     max_abs, cosines, agree, kl, rows = 0.0, [], 0.0, 0.0, 0
@@ -120,7 +121,8 @@ def measure_fidelity(
     squared_norm = dict.fromkeys(norm_names, 0.0)
     has_logits = True
     try:
-        for part in (part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)):
+        parts = [part for whole in batches for part in split_batch(whole, EXAMPLES_PER_FORWARD)]
+        for part in tqdm(parts, desc="measuring", unit="part", disable=not progress, leave=False):
             batch = on_device(part, model_device(student))  # the teacher is on the same device
             mask = real_token_mask(batch)
             select = _real_tokens(mask)

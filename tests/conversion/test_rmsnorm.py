@@ -82,6 +82,7 @@ def test_bert_is_calibrated_and_the_command_line_converts_it(tiny_bert_dir, tmp_
     ]
     assert stages[-1][1].startswith(f"writing the checkpoint and its report to .{output.name}.hf-norms-staging.")
     assert err.index("stage 5/7") < err.index("calibrating:") < err.index("stage 6/7")
+    assert "measuring:" in err[err.index("stage 4/7") : err.index("stage 5/7")]  # a bar within the measurement too
     report = __import__("json").loads((output / "conversion_report.json").read_text())
     stages = {stage: values["end_to_end"]["mean_cosine"] for stage, values in report["stages"].items()}
     assert not report["exact"] and set(stages) == {"naive", "calibrated"}
