@@ -4,7 +4,7 @@
     python -m benchmarks.runtimes --checks compiled --norm-types dtn   # inductor: one to two minutes per model
     python -m benchmarks.runtimes --families vit_norm --norm-types dtn
 
-Families come from `hf_norms.models.model_classes.FAMILIES` and norm types from `hf_norms.NORM_TYPES`, so new ones
+Families come from `hf_norms.models.family_registry.FAMILIES` and norm types from `hf_norms.NORM_TYPES`, so new ones
 join automatically. Each case is a tiny model (hidden 32, 2 layers, 16x16 images or 9 tokens with padded examples, batch 8) of
 the family's classification head, with every parameter moved off its initial value (DTN gates strictly inside (0, 1),
 DyT alpha perturbed, LaPE's position norms and every affine away from 1 and 0, unit-variance Linear layers so outputs
@@ -26,7 +26,7 @@ from torch import nn
 
 import hf_norms
 from benchmarks.timing import markdown_table
-from hf_norms.models.model_classes import FAMILIES, family_model_classes
+from hf_norms.models.family_registry import FAMILIES, MODEL_CLASSES
 
 # A batch of 8: SepNorm's BatchNorm prefix norm normalises [CLS] over the batch, nearly equal values at 2 examples,
 # where 16-bit rounding changes its output by 100 %.
@@ -56,18 +56,10 @@ class Case:
         return copy.deepcopy(self.model)
 
 
-def classification_class(config_class: type, module) -> type:
-    """The family's classification head with a loss: `...ForImageClassification` or `...ForSequenceClassification`."""
-    return next(
-        cls
-        for cls in family_model_classes(module, config_class)
-        if cls.__name__.endswith(("ForImageClassification", "ForSequenceClassification"))
-    )
-
-
 def family_heads() -> dict[str, type]:
-    """Model type -> classification head class, for every hf-norms family."""
-    return {config_class.model_type: classification_class(config_class, module) for config_class, module in FAMILIES}
+    """Model type -> the head of the family's default fine-tuning task (a classification head with a loss), for every
+    hf-norms family."""
+    return {family.model_type: MODEL_CLASSES[family.task_heads[family.default_task]] for family in FAMILIES.values()}
 
 
 def tiny_model(head: type, norm_type: str) -> nn.Module:

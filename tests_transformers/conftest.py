@@ -19,7 +19,7 @@ from pathlib import Path
 import transformers
 from transformers.models.auto import modeling_auto
 
-from hf_norms.models.model_classes import MODEL_CLASSES
+from hf_norms.models.family_registry import MODEL_CLASSES
 
 CACHE = Path.home() / ".cache" / "hf_norms" / "transformers-tests" / transformers.__version__
 STUBS = {

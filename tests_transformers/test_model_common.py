@@ -13,7 +13,7 @@ import torch
 from tftests.test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask
 
 import hf_norms
-from hf_norms.models.model_classes import MODEL_CLASSES
+from hf_norms.models.family_registry import MODEL_CLASSES
 from hf_norms.models.norm_registry import NORM_TYPES
 
 

@@ -7,8 +7,8 @@
   `preserving_options`) convert exactly by default: SepNorm with a LayerNorm for both parts, each a copy of the
   original; DTN with both gates at 1; LaPE keeping the input position embedding and starting every position norm at
   weight 0, bias 0. Other option values give a `naive` (inexact) conversion, ready for healing.
-- Norms exact on a centred residual stream (the registry's `centered_families`) convert exactly in those families
-  once every write into the residual stream is made mean-free (`residual_stream.center_residual_stream`).
+- Norms exact on a centred residual stream (the registry's `exact_when_centred`) convert exactly in the families that
+  can centre it (pre-LN, with `FamilySpec.residual`) once every write into the residual stream is made mean-free (`residual_stream.center_residual_stream`).
 - The others need calibration data (`dyt`, `derf`; the registry's `calibration`): the naive swap (LN gamma/beta
   copied, the rest at its inits) is measured, then every converted layer is calibrated in forward order
   (`calibration.calibrate_norms`), DyT's and Derf's with one alpha (and shift) per channel by default.
@@ -36,7 +36,8 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 
 from ..errors import ConversionError, one_line, require_type
-from ..models.model_classes import MODEL_CLASSES
+from ..models.family_registry import MODEL_CLASSES
+from ..models.family_spec import FamilySpec
 from ..models.norm_options import NormOptions
 from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
@@ -49,7 +50,7 @@ from .data import Examples, encode_batches, fitting_max_length, load_examples, m
 from .devices import resolve_device
 from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
-from .folding import POST_LN_MESSAGE, fold_norms
+from .folding import check_foldable, fold_norms
 from .layer_choice import layer_plan, sweep_layernorm_layers
 from .progress import StageLines
 from .report import set_fine_tuning_config, write_report
@@ -77,13 +78,13 @@ NEW_PARAMETER_SUFFIXES = tuple(
 )
 
 
-def needs_calibration(spec: NormSpec, family: str) -> bool:
+def needs_calibration(spec: NormSpec, family: FamilySpec) -> bool:
     """Whether a conversion of a `family` checkpoint to `spec` is calibrated on data: it cannot compute what
     LayerNorm did (DyT, Derf: no statistics)."""
-    return spec.calibration is not None and family not in spec.centered_families
+    return spec.calibration is not None and not spec.centres(family)
 
 
-def norm_options(norm_type: str, options: dict[str, Any] | None, family: str) -> tuple[dict[str, Any], bool]:
+def norm_options(norm_type: str, options: dict[str, Any] | None, family: FamilySpec) -> tuple[dict[str, Any], bool]:
     """The norm options a conversion of a `family` checkpoint uses (the function-preserving ones, the norm's
     conversion defaults, then the user's), and whether they make it exact."""
     if norm_type not in NORM_TYPES:
@@ -180,9 +181,8 @@ def convert_with(
     merged.update(layer_plan(norm_type, model.config.num_hidden_layers, arguments.keep_layernorm,
                              arguments.target_cosine, exact, options))  # fmt: skip
     check_calibration_data(norm_type, source.family, arguments.calibration_data)
-    if arguments.fold and source.family == "bert":
-        raise ConversionError(POST_LN_MESSAGE)
-    centered = source.family in norm_spec(norm_type).centered_families
+    check_foldable(source.family, arguments.fold)
+    centered = norm_spec(norm_type).centres(source.family)
     if share_weights and (arguments.fold or centered or not exact):
         raise ConversionError(
             "share_weights=True needs an exact conversion that edits no weight: without fold, and not one that centres "
@@ -209,7 +209,7 @@ def convert_with(
         teacher.train(training)
     student.conversion_report = {
         "hf_norms_version": VERSION, "source": getattr(model, "name_or_path", "") or source.architecture,
-        "source_revision": None, "family": source.family, "architecture": source.norm_architecture,
+        "source_revision": None, "family": source.family.name, "architecture": source.norm_architecture,
         "norm_type": norm_type, "exact": exact, "options": {name: getattr(student.config, name) for name in OPTION_FIELDS},
         "folded": arguments.fold, "calibration": calibration, "healing": None,
         "evaluation": data.evaluation_record(max_length), **data.downstream.records(), "stages": stages,
@@ -220,13 +220,13 @@ def convert_with(
     return student
 
 
-def conversion_stages(norm_type: str, family: str, arguments: ConversionOptions) -> int:
+def conversion_stages(norm_type: str, family: FamilySpec, arguments: ConversionOptions) -> int:
     """How many stages `convert_with` announces: data, build, measure (and calibrate, measure again; choose layers)."""
     calibrated = needs_calibration(norm_spec(norm_type), family)
     return 3 + 2 * calibrated + (arguments.target_cosine is not None)
 
 
-def check_calibration_data(norm_type: str, family: str, calibration_data: Any) -> None:
+def check_calibration_data(norm_type: str, family: FamilySpec, calibration_data: Any) -> None:
     if needs_calibration(norm_spec(norm_type), family) and calibration_data is None:
         raise ConversionError(
             f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
@@ -321,8 +321,7 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     layers = read_json_object(checkpoint.path / "config.json", "the checkpoint's config must be a JSON object")
     if isinstance(layers.get("num_hidden_layers"), int):  # a layer choice that does not fit: before loading too
         layer_plan(a.norm_type, layers["num_hidden_layers"], a.keep_layernorm, a.target_cosine, exact, a.options)
-    if a.fold and source_model.family == "bert":
-        raise ConversionError(POST_LN_MESSAGE)
+    check_foldable(source_model.family, a.fold)
     protected = {"the source": checkpoint.path,
                  **data_places(calibration_data=a.calibration_data, evaluation_data=a.evaluation_data),
                  **data_places(**local_data(ood_evaluation_data=a.ood_evaluation_data))}  # fmt: skip
@@ -335,7 +334,7 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     stage = StageLines("hf-norms convert", a.progress)
     stage.expect(2 + retrieval_measured + conversion_stages(a.norm_type, source_model.family, a))
     with planned.staged("convert") as staging:  # made before the slow part: a staging name or parent that fails, now
-        centered = source_model.family in norm_spec(a.norm_type).centered_families  # edits the weights
+        centered = norm_spec(a.norm_type).centres(source_model.family)  # edits the weights
         mapped = exact and not (a.fold or centered or checkpoint.uses_pickle) and target.type == "cpu"
         weights = MappedWeights(checkpoint.path) if mapped else None
         stage(f"loading the source checkpoint ({source_model.architecture})")

@@ -7,14 +7,15 @@ for DyT, `erf(alpha x + shift)` for Derf, DTN's mixed statistics) that feeds onl
 
 after which the norm keeps weight 1 and bias 0 (DyT and Derf keep alpha and shift), and the checkpoint is still a normal one.
 
-Where this holds, in the pre-LN ViT, DeiT and DINOv2: `layernorm_before` (DINOv2: `norm1`) feeds q/k/v only,
-`layernorm_after` (`norm2`) feeds fc1 only (DINOv2's SwiGLU: its gate and up projections), and the final `layernorm`
-of ViT and DeiT feeds only a linear classification head (when there is one; otherwise its output is the model's
+Where this holds, in the pre-LN families (their `FamilySpec.folding`): each layer's attention norm (ViT's
+`layernorm_before`, DINOv2's `norm1`) feeds q/k/v only, its MLP norm (`layernorm_after`, `norm2`) feeds the MLP's
+input projections only (`fc1`; DINOv2's SwiGLU: its gate and up projections), and a final norm that `final_norm` names
+feeds only the Linear classification heads of `head_linears` (when there is one; otherwise its output is the model's
 output and stays as it is; DINOv2's head reads [CLS] and the patches' mean side by side, so it stays too). LayerScale
 comes after the attention and the MLP, not between a norm and its readers. Where it does not hold:
 
-- BERT is post-LN: each norm's output is also the residual stream, and the MLM head's decoder shares its weight with
-  the word embeddings; nothing can be folded there.
+- Post-LN families (BERT): each norm's output is also the residual stream, and the MLM head's decoder shares its
+  weight with the word embeddings; nothing can be folded there.
 - LaPE adds its normalised position embedding after `layernorm_before` (`attn(norm(x) + pos)`): folding that norm
   would rescale pos's contribution, so it stays unfolded.
 - SepNorm folds only while its prefix norm is a LayerNorm with the same affine as the token norm (as right after an
@@ -29,15 +30,9 @@ import torch
 from torch import nn
 
 from ..errors import ConversionError
+from ..models.family_registry import family_of
+from ..models.family_spec import FamilySpec
 from ..models.norms import norm_spec, spec_of_module
-
-POST_LN_MESSAGE = (
-    "BERT is post-LN: every norm's output also feeds the residual stream (and the MLM head's decoder is tied to the "
-    "word embeddings), so gamma/beta cannot be folded into the next Linear layers without changing the model. "
-    "--fold works for the pre-LN ViT and DeiT only; convert this model without --fold."
-)
-HEAD_LINEARS = ("classifier", "cls_classifier", "distillation_classifier")
-LAYER_NAMES = ("layernorm_before", "layernorm_after", "layers")  # ViT and DeiT: attention norm, MLP norm, layer list
 
 
 @dataclass
@@ -48,34 +43,52 @@ class FoldResult:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+def check_foldable(family: FamilySpec, fold: bool) -> None:
+    """Refuse `--fold` for a family whose norms do not feed Linear layers alone (post-LN), in one line."""
+    if fold and family.folding is None:
+        raise ConversionError(
+            f"{family.display_name} is post-LN: every norm's output also feeds the residual stream, so gamma/beta "
+            "cannot be folded into the next Linear layers without changing the model; convert it without --fold."
+        )
+
+
 def fold_targets(model: nn.Module) -> dict[str, list[str]]:
-    """`{norm name: [names of the Linear layers that are its only readers]}` for a ViT, DeiT or DINOv2 model (see the
-    module docstring); the first norm of each layer is the attention's input, the second the MLP's."""
-    if model.config.model_type.startswith("bert"):
-        raise ConversionError(POST_LN_MESSAGE)
-    base = model.base_model
-    prefix = "" if base is model else f"{model.base_model_prefix}."
-    dinov2 = model.config.model_type.startswith("dinov2")
-    attention_norm, mlp_norm, layers = ("norm1", "norm2", "encoder.layer") if dinov2 else LAYER_NAMES
-    mlp_readers = ["gate_proj", "up_proj"] if getattr(model.config, "use_swiglu_ffn", False) else ["fc1"]
+    """`{norm name: [names of the Linear layers that are its only readers]}` for a model of a pre-LN family (see the
+    module docstring, and the family's `FamilySpec.folding`)."""
+    family = family_of(model.config.model_type)
+    check_foldable(family, fold=True)
+    layout = family.folding
+    prefix = "" if model.base_model is model else f"{model.base_model_prefix}."
+    layers = f"{prefix}{model.family_layout.layers}"
     targets = {}
-    for index in range(len(model.encoder_layers)):
-        layer = f"{prefix}{layers}.{index}"
-        targets[f"{layer}.{attention_norm}"] = [f"{layer}.attention.{p}_proj" for p in "qkv"]
-        targets[f"{layer}.{mlp_norm}"] = [f"{layer}.mlp.{name}" for name in mlp_readers]
-    heads = [name for name in HEAD_LINEARS if isinstance(getattr(model, name, None), nn.Linear)]
-    if heads and not dinov2:  # DINOv2's classifier reads [CLS] and the patches' mean side by side
-        targets[f"{prefix}layernorm"] = heads
+    for index, layer_module in enumerate(model.encoder_layers):
+        layer = f"{layers}.{index}"
+        mlp_readers = [name for name in layout.mlp_readers if _has(layer_module, name)]
+        targets[f"{layer}.{layout.attention_norm}"] = [f"{layer}.{name}" for name in layout.attention_readers]
+        targets[f"{layer}.{layout.mlp_norm}"] = [f"{layer}.{name}" for name in mlp_readers]
+    heads = [name for name in layout.head_linears if isinstance(getattr(model, name, None), nn.Linear)]
+    if heads and layout.final_norm is not None:
+        targets[f"{prefix}{layout.final_norm}"] = heads
     return targets
 
 
+def _has(module: nn.Module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
+
+
 def fold_norms(model: nn.Module) -> FoldResult:
-    """Fold the affine of every foldable norm of a ViT/DeiT `model` into its reader Linears, in place."""
+    """Fold the affine of every foldable norm of a pre-LN `model` into its reader Linears, in place."""
     result = FoldResult()
     position_norms = norm_spec(model.config.norm_type).position_norms
-    for norm_name, linear_names in fold_targets(model).items():
+    targets = fold_targets(model)  # refuses a post-LN family first
+    attention_norm = family_of(model.config.model_type).folding.attention_norm
+    for norm_name, linear_names in targets.items():
         norm = model.get_submodule(norm_name)
-        reason = _why_not_foldable(norm, position_norms and norm_name.endswith(("layernorm_before", "norm1")))
+        reason = _why_not_foldable(norm, position_norms and norm_name.endswith(attention_norm))
         if reason:
             result.skipped[norm_name] = reason
             continue

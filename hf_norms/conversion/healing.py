@@ -44,7 +44,7 @@ import transformers
 from torch import nn
 from transformers import TrainingArguments
 
-from ..models.model_classes import MODEL_CLASSES
+from ..models.family_registry import MODEL_CLASSES
 from ..output_folders import (
     ClaimedFolder,
     PlannedOutput,

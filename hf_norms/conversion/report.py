@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConversionError
-from ..models.model_classes import MODEL_CLASSES
+from ..models.family_registry import FAMILIES, MODEL_CLASSES
 from ..models.norms import fine_tuning_config, norm_spec
 from ..readers import read_json_object
 from .data import TOKEN_TYPES
@@ -23,6 +23,8 @@ REPORT_JSON = "conversion_report.json"
 REPORT_MD = "conversion_report.md"
 REPORT_PNG = "conversion_report.png"
 STAGE_ORDER = ("naive", "calibrated", "healed", "exact")
+# the parts of a norm's module path a short name leaves out: base models (`bert`, `vit`, ...) and layer lists
+PATH_PARTS_LEFT_OUT = {cls.base_model_prefix for cls in MODEL_CLASSES.values()} | {"encoder", "layer", "layers"}
 
 
 # The fields a report is read for (healing, fine-tuning records): name -> whether a value fits.
@@ -143,9 +145,13 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines.append(
         f"- Evaluation: {evaluation['samples']} examples from `{evaluation['data']}`{length}; pooling: {pooling}"
     )
-    if report["family"] == "bert" and norm_spec(report["norm_type"]).statistics_free:
+    family = FAMILIES.get(report["family"])
+    if family is not None and not family.pre_ln and norm_spec(report["norm_type"]).statistics_free:
         name = norm_spec(report["norm_type"]).short_name
-        lines.append(f"- Note: BERT is post-LN; {name} was not tested on post-LN models by its authors (experimental).")
+        lines.append(
+            f"- Note: {family.display_name} is post-LN; {name} was not tested on post-LN models by its authors "
+            "(experimental)."
+        )
     lines += [
         "",
         "## End to end",
@@ -380,7 +386,7 @@ def plot_layer_sweep(sweep: dict[str, Any], axes) -> None:
 
 def _short_name(name: str) -> str:
     """`bert.encoder.layer.3.attention.output.LayerNorm` -> `3.attn.LayerNorm` (`output.LayerNorm` -> `ffn.LayerNorm`)."""
-    parts = [p for p in name.split(".") if p not in {"bert", "vit", "deit", "encoder", "layer", "layers"}]
+    parts = [p for p in name.split(".") if p not in PATH_PARTS_LEFT_OUT]
     return ".".join(parts).replace("attention.output.", "attn.").replace("output.", "ffn.") or name
 
 

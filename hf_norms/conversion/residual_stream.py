@@ -1,4 +1,5 @@
-"""Keep the residual stream of a pre-LN vision transformer (ViT, DeiT, DINOv2) free of its channel mean.
+"""Keep the residual stream of a pre-LN transformer (ViT, DeiT, DINOv2: the families with `FamilySpec.residual`) free
+of its channel mean.
 
 In a pre-LN transformer the residual stream `x` is a sum of writes: the embeddings (patch projection, prefix and mask
 tokens, position embeddings) and, in every layer, the attention's and the MLP's output projections (after DINOv2's
@@ -18,43 +19,43 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..models.family_registry import family_of
 from ..models.norms import adds_input_position_embeddings
-
-EMBEDDING_TABLES = ("cls_token", "distillation_token", "mask_token")
-OUTPUT_PROJECTIONS = ("attention.o_proj", "mlp.fc2", "mlp.down_proj")
-LAYER_SCALES = (("layer_scale1", "attention.o_proj"), ("layer_scale2", "mlp.fc2"), ("layer_scale2", "mlp.down_proj"))
 
 
 @torch.no_grad()
 def center_residual_stream(model: nn.Module) -> None:
-    """Centre every write into the residual stream of `model` (an hf-norms ViT, DeiT or DINOv2 of any head), in
-    place; see the module docstring."""
+    """Centre every write into the residual stream of `model` (an hf-norms model of a pre-LN family, any head, whose
+    `FamilySpec.residual` names the writes), in place; see the module docstring."""
+    writes = family_of(model.config.model_type).residual
     base = model.base_model
-    embeddings = base.embeddings
-    for name in EMBEDDING_TABLES:
-        table = getattr(embeddings, name, None)
+    tables = [*writes.tables, *([writes.position_table] if adds_input_position_embeddings(model.config) else [])]
+    for name in tables:
+        table = _submodule(base, name)
         if table is not None:
-            _center_table(table)
-    if adds_input_position_embeddings(model.config):
-        _center_table(embeddings.position_embeddings)
-    _center_output(embeddings.patch_embeddings.projection)
+            _center_table(table if isinstance(table, nn.Parameter) else table.weight)
+    _center_output(base.get_submodule(writes.input_projection))
     for layer in model.encoder_layers:
-        for scale_name, projection_name in LAYER_SCALES:
-            scale = getattr(layer, scale_name, None)
+        for scale_name, projection_name in writes.layer_scales:
+            scale = _submodule(layer, scale_name)
             projection = _submodule(layer, projection_name)
             if scale is not None and projection is not None:
                 _fold_scale(scale, projection)
-        for name in OUTPUT_PROJECTIONS:
+        for name in writes.output_projections:
             projection = _submodule(layer, name)
             if projection is not None:
                 _center_output(projection)
 
 
-def _submodule(module: nn.Module, name: str) -> nn.Module | None:
+def _submodule(module: nn.Module, name: str) -> nn.Module | nn.Parameter | None:
+    """The module or parameter at `name` below `module`, None where it has none (a head without a mask token)."""
     try:
         return module.get_submodule(name)
     except AttributeError:
-        return None
+        try:
+            return module.get_parameter(name)
+        except AttributeError:
+            return None
 
 
 def _center_table(table: nn.Parameter) -> None:

@@ -17,25 +17,14 @@ import transformers
 from torch import nn
 
 from ..errors import ConversionError, one_line
-from ..models.model_classes import MODEL_CLASSES
+from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_names, family_of
+from ..models.family_spec import FamilySpec
 from ..models.norm_registry import STOCK
 from ..output_folders import copy_checkpoint_files
 from ..readers import read_json, read_json_object
 from .checkpoint_io import SourceCheckpoint
 from .config_checks import check_model_fits
 
-# source config model_type -> (family, class-name prefix of the stock classes)
-SOURCE_TYPES = {
-    "vit": ("vit", "ViT"),
-    "deit": ("deit", "DeiT"),
-    "bert": ("bert", "Bert"),
-    "vit_norm": ("vit", "ViT"),
-    "deit_norm": ("deit", "DeiT"),
-    "bert_norm": ("bert", "Bert"),
-    "dinov2": ("dinov2", "Dinov2"),
-    "dinov2_norm": ("dinov2", "Dinov2"),
-}
-POOLER_FAMILIES = ("vit", "deit", "bert")  # their bare models take `add_pooling_layer`
 PROCESSOR_FILES = {
     "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt"),
     "image": ("preprocessor_config.json", "processor_config.json"),
@@ -51,43 +40,45 @@ DEFAULT_MAX_LENGTH = 128  # tokens per text where the source does not say at wha
 
 @dataclasses.dataclass(frozen=True)
 class SourceModel:
-    """What a source holds: its family (`vit`, `deit`, `dinov2`, `bert`), the class name of its head, the matching hf-norms
-    class name, and whether a bare model has a pooler."""
+    """What a source holds: its family, the class name of its head, the matching hf-norms class name, and whether a
+    bare model has a pooler."""
 
-    family: str
+    family: FamilySpec
     architecture: str
     norm_architecture: str
     has_pooler: bool
 
     @property
     def modality(self) -> str:
-        return "text" if self.family == "bert" else "image"
+        return self.family.modality
 
     @property
     def pooler_option(self) -> dict[str, bool]:
-        """`add_pooling_layer=False` for a bare ViT, DeiT or BERT saved without a pooler, else nothing (DINOv2 has none
-        and takes no such option)."""
-        without = self.architecture.endswith("Model") and not self.has_pooler and self.family in POOLER_FAMILIES
+        """`add_pooling_layer=False` for a bare model saved without a pooler in a family whose bare model takes that
+        option (ViT, DeiT, BERT), else nothing (DINOv2 has no pooler and takes no such option)."""
+        without = self.architecture.endswith("Model") and not self.has_pooler and self.family.pooler_option
         return {"add_pooling_layer": False} if without else {}
 
 
 def source_model(source: str, model_type: str | None, norm_type: str, architecture: str | None, has_pooler: bool):
     """The `SourceModel` of a model of `model_type` and head `architecture`; refuses what hf-norms cannot convert."""
-    if model_type not in SOURCE_TYPES:
+    family = family_of(model_type)
+    if family is None:
+        supported = sorted(t for spec in FAMILIES.values() for t in (spec.stock_model_type, spec.model_type))
         raise ConversionError(
-            f"{source}: model_type {model_type!r} is not supported; hf-norms converts ViT, DeiT, DINOv2 and BERT models "
-            f"(model_type one of {sorted(SOURCE_TYPES)})."
+            f"{source}: model_type {model_type!r} is not supported; hf-norms converts {family_names()} models "
+            f"(model_type one of {supported})."
         )
     if norm_type != STOCK:
         raise ConversionError(f"{source} already uses norm_type={norm_type!r}; convert from a LayerNorm model.")
-    family, prefix = SOURCE_TYPES[model_type]
-    architecture = architecture or f"{prefix}{'Norm' if model_type.endswith('_norm') else ''}Model"
+    prefix = family.class_prefix
+    architecture = architecture or f"{prefix}{'Norm' if model_type == family.model_type else ''}Model"
     stock_name = architecture.replace(f"{prefix}Norm", prefix, 1)
     norm_name = stock_name.replace(prefix, f"{prefix}Norm", 1)
     if not stock_name.startswith(prefix) or norm_name not in MODEL_CLASSES:
-        supported = sorted(n.replace("Norm", "", 1) for n in MODEL_CLASSES if n.startswith(prefix + "Norm"))
+        supported = sorted(cls.__name__.replace("Norm", "", 1) for cls in family.heads)
         raise ConversionError(
-            f"{source}: architecture {architecture!r} is not supported; supported {family} heads: {supported}."
+            f"{source}: architecture {architecture!r} is not supported; supported {family.name} heads: {supported}."
         )
     return SourceModel(family=family, architecture=architecture, norm_architecture=norm_name, has_pooler=has_pooler)
 

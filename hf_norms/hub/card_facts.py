@@ -21,6 +21,8 @@ from huggingface_hub import ModelCard
 
 from .. import packaged
 from ..conversion.sources import sentence_transformers_max_length
+from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_of
+from ..models.family_spec import FamilySpec
 from ..models.norm_options import NormOptions
 from ..models.norm_registry import STOCK
 from ..version import VERSION
@@ -30,28 +32,19 @@ REPORT_NAME = "conversion_report.json"
 TRAINER_STATE_NAME = "trainer_state.json"
 TRAINER_RESULT_NAMES = ("eval_results.json", "all_results.json", "train_results.json")
 
-# model_type -> (family tag, family name, config class)
-FAMILIES = {
-    "vit_norm": ("vit", "ViT", "ViTNormConfig"),
-    "deit_norm": ("deit", "DeiT", "DeiTNormConfig"),
-    "bert_norm": ("bert", "BERT", "BertNormConfig"),
-    "dinov2_norm": ("dinov2", "DINOv2", "Dinov2NormConfig"),
+# Each Auto class of an hf-norms head -> the transformers pipeline task that runs it (None where there is none; a
+# bare model's feature-extraction task depends on its modality).
+PIPELINE_TASKS = {
+    "AutoModelForImageClassification": "image-classification",
+    "AutoModelForMaskedLM": "fill-mask",
+    "AutoModelForSequenceClassification": "text-classification",
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForQuestionAnswering": "question-answering",
+    "AutoModelForCausalLM": "text-generation",
 }
-# The head class's suffix -> its Auto class and pipeline task (None where transformers has no pipeline for it).
-HEADS = {
-    "ForImageClassificationWithTeacher": ("AutoModelForImageClassification", "image-classification"),
-    "ForImageClassification": ("AutoModelForImageClassification", "image-classification"),
-    "ForMaskedImageModeling": ("AutoModelForMaskedImageModeling", None),
-    "ForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
-    "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
-    "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
-    "ForQuestionAnswering": ("AutoModelForQuestionAnswering", "question-answering"),
-    "ForMultipleChoice": ("AutoModelForMultipleChoice", None),
-    "ForNextSentencePrediction": ("AutoModelForNextSentencePrediction", None),
-    "ForPreTraining": ("AutoModelForPreTraining", None),
-    "LMHeadModel": ("AutoModelForCausalLM", "text-generation"),
-    "Model": ("AutoModel", None),  # feature extraction; the task depends on the modality
-}
+FEATURE_EXTRACTION = {"text": "feature-extraction", "image": "image-feature-extraction"}
+# the model types of hf-norms checkpoints (`bert_norm`, ...)
+NORM_MODEL_TYPES = tuple(spec.model_type for spec in FAMILIES.values())
 # Data used by hf-norms (packaged.py; the conversion recipes name data files `<key>-<split>...`) -> the same data on
 # the Hub, for `datasets:` and model-index.
 HUB_DATASETS = {
@@ -109,8 +102,8 @@ class CardFacts:
         return self.repo_id.split("/")[-1]
 
     @property
-    def family(self) -> str:
-        return FAMILIES[self.model_type][0]
+    def family(self) -> FamilySpec:
+        return family_of(self.model_type)
 
     @property
     def auto_class(self) -> str:
@@ -131,7 +124,7 @@ class CardFacts:
             return "sentence-similarity"
         task = head_of(self.architecture)[1]
         if task is None and self.auto_class == "AutoModel":
-            task = "feature-extraction" if self.family == "bert" else "image-feature-extraction"
+            task = FEATURE_EXTRACTION[self.family.modality]
         return task
 
     @property
@@ -159,11 +152,12 @@ class CardFacts:
 
 
 def head_of(architecture: str) -> tuple[str, str | None]:
-    """(Auto class, pipeline task) of a model class name, e.g. `BertNormForMaskedLM` -> `AutoModelForMaskedLM`."""
-    for suffix, head in HEADS.items():
-        if architecture.endswith(suffix):
-            return head
-    raise ValueError(f"{architecture!r} is not an hf-norms model class (ViTNorm*, DeiTNorm*, BertNorm*).")
+    """(Auto class, pipeline task) of a model class name, e.g. `BertNormForMaskedLM` -> `AutoModelForMaskedLM`: the
+    class's own `_auto_class`."""
+    if architecture not in MODEL_CLASSES:
+        raise ValueError(f"{architecture!r} is not an hf-norms model class ({', '.join(sorted(MODEL_CLASSES))}).")
+    auto_class = MODEL_CLASSES[architecture]._auto_class
+    return auto_class, PIPELINE_TASKS.get(auto_class)
 
 
 # Auto classes of the architectures sentence-transformers checkpoints are saved with (all-mpnet-base-v2 declares
@@ -408,10 +402,11 @@ def gather_card_facts(
     folder = Path(folder)
     config = read_json(folder / "config.json")
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    family = family_of(model_type)
+    if family is None or model_type != family.model_type:
         raise ValueError(
             f"{folder / 'config.json'} has model_type {model_type!r}; a card needs an hf-norms checkpoint "
-            f"({', '.join(FAMILIES)}). Convert the model with hf_norms first."
+            f"({', '.join(NORM_MODEL_TYPES)}). Convert the model with hf_norms first."
         )
     report_path = Path(card.conversion_report) if card.conversion_report else folder / REPORT_NAME
     report = read_json(report_path) if report_path.is_file() else None
@@ -420,7 +415,7 @@ def gather_card_facts(
     source = (report or {}).get("source")
     training_dataset = card.training_dataset or trained_on(own)
     training = read_training_facts(folder, data_name(training_dataset) if training_dataset else None)
-    architecture = (config.get("architectures") or [f"{FAMILIES[model_type][1]}NormModel"])[0]
+    architecture = (config.get("architectures") or [f"{family.class_prefix}NormModel"])[0]
     embeddings = sentence_transformers_model(folder, architecture)  # else a head: transformers' model of its task
     all_datasets = [*(card.datasets or []), *as_id_list(own.get("datasets")), *report_datasets(report)]
     if training is not None and hub_dataset(training.dataset):

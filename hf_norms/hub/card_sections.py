@@ -238,9 +238,7 @@ def readable_data(description: str) -> str:
     return data if name == data else f"{name} ({data})"
 
 
-def with_kept_layernorms(
-    text: CardText, norm_type: str, layer_norm_types: list[str] | None, family: str = ""
-) -> CardText:
+def with_kept_layernorms(text: CardText, norm_type: str, layer_norm_types: list[str] | None) -> CardText:
     """`text` for a checkpoint whose config `layer_norm_types` keeps LayerNorm in some encoder layers: the headline and
     the placement name the layers that keep it instead of saying that every LayerNorm is replaced."""
     kept = [index for index, kind in enumerate(layer_norm_types or []) if kind == STOCK]
@@ -257,7 +255,7 @@ def with_kept_layernorms(
         placement=(
             f"{placement} Not every LayerNorm is replaced: encoder {name(kept)} keep{'s' if len(kept) == 1 else ''} "
             f"LayerNorm (config `layer_norm_types`), {name(converted)} use{'s' if len(converted) == 1 else ''} "
-            f"`{norm_type}`; the norms after the encoder follow the last layer"
-            + (", the embedding norm the first." if family == "bert" else ".")
+            f"`{norm_type}`; a norm before the encoder (an embedding norm) follows the first layer, the norms after it "
+            "the last."
         ),
     )

@@ -21,7 +21,6 @@ from ..models.norms import norm_spec
 from ..models.version_guard import SUPPORTED_TRANSFORMERS
 from .arguments import CardArguments
 from .card_facts import (
-    FAMILIES,
     FIDELITY_METRICS,
     CardFacts,
     data_name,
@@ -47,7 +46,13 @@ TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 def card_metadata(facts: CardFacts) -> ModelCardData:
     """The YAML metadata: library, task, base model and relation, tags, datasets, license, model-index results."""
     paper = norm_spec(facts.norm_type).paper
-    tags = ["hf-norms", facts.family, facts.norm_type, "custom_code", *([f"arxiv:{paper.arxiv_id}"] if paper else [])]
+    tags = [
+        "hf-norms",
+        facts.family.name,
+        facts.norm_type,
+        "custom_code",
+        *([f"arxiv:{paper.arxiv_id}"] if paper else []),
+    ]
     if facts.sentence_transformers:
         tags = [*tags, "sentence-transformers", "feature-extraction"]
     relation = {"base_model_relation": "finetune"} if facts.base_model and facts.trained_after_conversion else {}
@@ -133,7 +138,7 @@ def downstream_eval_results(facts: CardFacts, task: str, stage: str) -> list[Eva
     if probe and measured.get("probe") and hub_dataset(probe["data"]):
         data = data_name(probe["data"])
         results += [
-            EvalResult(task_type="text-classification" if facts.family == "bert" else "image-classification",
+            EvalResult(task_type=facts.family.default_task,
                        task_name="linear probe on pooled features", dataset_type=hub_dataset(data),
                        dataset_name=probe["name"], dataset_split="test", metric_type=metric_type,
                        metric_value=measured["probe"][key], metric_name=f"{description} ({stage})")
@@ -145,7 +150,7 @@ def downstream_eval_results(facts: CardFacts, task: str, stage: str) -> list[Eva
 def render_model_card(facts: CardFacts) -> ModelCard:
     """The card of `facts`, from the shipped template."""
     spec = norm_spec(facts.norm_type)
-    _, family_name, config_class = FAMILIES[facts.model_type]
+
     training_metrics = (
         {name: f"{value:.4g}" for name, value in facts.training.metrics.items()} if facts.training else {}
     )
@@ -153,11 +158,11 @@ def render_model_card(facts: CardFacts) -> ModelCard:
         card_metadata(facts),
         template_path=str(TEMPLATE_PATH),
         facts=facts,
-        family_name=family_name,
-        config_class=config_class,
+        family_name=facts.family.display_name,
+        config_class=facts.family.config_class.__name__,
         auto_class=facts.auto_class,
         load_kwargs=", add_pooling_layer=False" if facts.without_pooler else "",
-        norm=with_kept_layernorms(spec.text, facts.norm_type, facts.norm_options.get("layer_norm_types"), facts.family),
+        norm=with_kept_layernorms(spec.text, facts.norm_type, facts.norm_options.get("layer_norm_types")),
         options=facts.norm_options,
         paper=spec.paper,
         provenance=provenance(facts),

@@ -54,14 +54,14 @@ from huggingface_hub.utils import validate_repo_id
 from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError
-from ..models.model_classes import MODEL_CLASSES
+from ..models.family_registry import MODEL_CLASSES
 from ..models.norm_registry import STOCK
 from ..output_folders import MARKER_NAME
 from ..redaction import tokens_redacted
 from ..version import VERSION
 from .arguments import PushArguments, hub_takes, push_arguments
 from .card_facts import (
-    FAMILIES,
+    NORM_MODEL_TYPES,
     REPORT_NAME,
     TRAINER_STATE_NAME,
     gather_card_facts,
@@ -114,9 +114,9 @@ def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, An
     except (OSError, ValueError) as err:
         raise CheckpointRefused(f"{folder / 'config.json'} is not valid JSON ({err}); save the model again.") from err
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    if model_type not in NORM_MODEL_TYPES:
         raise CheckpointRefused(
-            f"{folder} holds a {model_type!r} model, not an hf-norms one ({', '.join(FAMILIES)}); convert it first "
+            f"{folder} holds a {model_type!r} model, not an hf-norms one ({', '.join(NORM_MODEL_TYPES)}); convert it first "
             "(`hf-norms convert`)."
         )
     if not ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
-from ..models.model_classes import MODEL_CLASSES
+from ..models.family_registry import FAMILIES
 from ..version import VERSION
 
 MODELS_FOLDER = Path(models.__file__).parent
@@ -53,7 +53,7 @@ def code_closure(modules: Iterable[str]) -> set[str]:
 # the image processor a one-channel vision checkpoint saves (`GrayscaleImageProcessor`), with its own remote code
 PROCESSOR_MODULES = ("image_processing_norm",)
 PACKAGE_CODE = frozenset().union(
-    *(family_code(kind)[1] for kind in {c.config_class.model_type for c in MODEL_CLASSES.values()}),
+    *(family_code(family.model_type)[1] for family in FAMILIES.values()),
     code_closure(PROCESSOR_MODULES),
 )
 

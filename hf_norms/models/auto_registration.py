@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import transformers
 
-from .configuration_bert_norm import BertNormConfig
+from .family_registry import FAMILIES
+from .family_spec import FamilySpec
 from .image_processing_norm import GrayscaleImageProcessor
-from .model_classes import FAMILIES, family_model_classes
 from .modeling_norm_utils import refuse_wrong_norm_keywords
 from .norm_registry import looks_like_a_norm_keyword
 
 
-def heads_by_auto_class(module, config_class: type) -> dict[str, tuple[type, ...]]:
-    """{Auto class name: the heads under it} of one family, each head by its `_auto_class`, the one the module's
-    `FAMILY_AUTO_MAP` names first (transformers picks between several by the checkpoint's `architectures`)."""
+def heads_by_auto_class(family: FamilySpec) -> dict[str, tuple[type, ...]]:
+    """{Auto class name: the heads under it} of one family, each head by its `_auto_class`, the one the family's
+    `auto_map` names first (transformers picks between several by the checkpoint's `architectures`)."""
     heads: dict[str, list[type]] = {}
-    for cls in family_model_classes(module, config_class):
+    for cls in family.heads:
         heads.setdefault(cls._auto_class, []).append(cls)
-    primary = {name: reference.split(".")[1] for name, reference in module.FAMILY_AUTO_MAP.items()}
+    primary = {name: reference.split(".")[1] for name, reference in family.auto_map.items()}
     return {
         name: tuple(sorted(classes, key=lambda cls: cls.__name__ != primary.get(name)))
         for name, classes in heads.items()
@@ -93,14 +93,15 @@ def one_or_several(classes: tuple[type, ...]) -> type | tuple[type, ...]:
 def register_auto_classes() -> None:
     """Each family's config, its heads and, for the stock config, a `stock_router` per stock head, in every Auto class
     that has one of its heads; `GrayscaleImageProcessor` under `AutoImageProcessor` for the vision families."""
-    for config_class, module in FAMILIES:
+    for family in FAMILIES.values():
+        config_class = family.config_class
         transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        for auto_class_name, heads in heads_by_auto_class(module, config_class).items():
+        for auto_class_name, heads in heads_by_auto_class(family).items():
             auto_class = getattr(transformers, auto_class_name)
             auto_class.register(config_class, one_or_several(heads), exist_ok=True)
             routers = tuple(stock_router(head) for head in heads)
             auto_class.register(config_class.stock_config_class(), one_or_several(routers), exist_ok=True)
-        if config_class is not BertNormConfig:
+        if family.modality == "image":
             transformers.AutoImageProcessor.register(
                 config_class, image_processor_classes={"pil": GrayscaleImageProcessor}, exist_ok=True
             )

@@ -16,7 +16,6 @@ from .norm_spec import CardText, NormSpec, Option, Paper, finite, one_of, positi
 
 STOCK = "layernorm"  # the stock model's norm_type
 CVPR = "Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)"
-PRE_LN_FAMILIES = frozenset({"vit", "deit", "dinov2"})
 REPLACED = "Every LayerNorm of the model is replaced."
 # What a DyT or Derf checkpoint fine-tunes best with, and the measurement that chose it (docs/converting.md,
 # "Normalization-free conversions"): LayerNorm divides each token by its own standard deviation, which keeps dropout
@@ -35,10 +34,10 @@ def statistics_free_caveats(name: str):
 
     def caveats(options, family, untrained):
         items = [f"{name} has no statistics: its outputs depend on the scale of its inputs, unlike LayerNorm's."]
-        if family == "bert":
+        if not family.pre_ln:
             items.append(
-                f"BERT is post-LN; the {name} paper tested pre-LN transformers only, so {name} on BERT is outside what "
-                "it tested: treat it as experimental."
+                f"{family.display_name} is post-LN; the {name} paper tested pre-LN transformers only, so {name} on "
+                f"{family.display_name} is outside what it tested: treat it as experimental."
             )
         return items
 
@@ -86,7 +85,7 @@ def _dtn_caveats(options, family, untrained):
         "DTN mixes statistics across tokens: a token's output depends on the other tokens of its sequence, and the "
         "model cannot run as a causal decoder."
     ]
-    if family == "bert":
+    if family.modality == "text":
         items.append("DTN on text (one row of tokens) has no reference implementation from its authors.")
     if options["dtn_gate_init"] == 1.0 and untrained:
         items.append("Its gates are at 1, where DTN is exactly LayerNorm; token mixing acts only after training.")
@@ -116,8 +115,10 @@ def _lape_caveats(options, family, untrained):
             "The input position embedding is kept and every `pe_norm` starts at zero (a function-preserving hybrid): "
             "this is the paper's architecture only in spirit until training moves the `pe_norm`s."
         )
-    if family == "bert":
-        items.append("The LaPE paper covers vision transformers only; its BERT form here is an analogue.")
+    if family.modality == "text":
+        items.append(
+            f"The LaPE paper covers vision transformers only; its {family.display_name} form here is an analogue."
+        )
     return items
 
 
@@ -417,14 +418,14 @@ NORM_TYPES: dict[str, NormSpec] = {
         ),
         options=(Option("rmsnorm_bias", bool, True, "RMSNorm with a per-channel bias (a LayerNorm's beta)."),),
         preserving_options=None,
-        centered_families=PRE_LN_FAMILIES,
+        exact_when_centred=True,
         calibration="gradient",
         caveats=lambda options, family, untrained: (
             [
-                "BERT is post-LN: its residual stream is each LayerNorm's output, which cannot be made mean-free, so "
-                "RMSNorm on BERT is calibrated and healed, not exact."
+                f"{family.display_name}'s residual stream cannot be made mean-free (post-LN, it is each LayerNorm's "
+                f"output), so RMSNorm on {family.display_name} is calibrated and healed, not exact."
             ]
-            if family == "bert"
+            if family.residual is None
             else []
         ),
     ),

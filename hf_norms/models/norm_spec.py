@@ -106,8 +106,8 @@ class NormSpec:
     - `options`: the config fields it adds, with defaults and checks.
     - `preserving_options`: the option values under which a LayerNorm checkpoint loaded into it computes exactly the
       same function (None: no values can, it has no statistics); `preserving_note` says what such a load sets, for a
-      count of modules. `centered_families`: the families (pre-LN) in which it reproduces LayerNorm exactly once the
-      residual stream is kept free of its channel mean (`conversion.residual_stream`). Elsewhere a conversion is
+      count of modules. `exact_when_centred`: it reproduces LayerNorm exactly once the residual stream is kept free of
+      its channel mean (`conversion.residual_stream`), in families (pre-LN) that can centre it. Elsewhere a conversion is
       calibrated on data with `calibration` (the per-layer fit: `tanh`, `erf` or `gradient`) and healed, with the
       `conversion_options` (e.g. one alpha per channel) unless the user sets them.
     - `added_parameters`: the parameter-name suffixes it adds to a LayerNorm's `weight` and `bias` (what a LayerNorm
@@ -121,7 +121,8 @@ class NormSpec:
     - `fine_tuning_config`: config values a checkpoint with this norm fine-tunes measurably better with than its
       LayerNorm source's (DyT, Derf: no dropout), which `convert` and `heal` write into the config they save and
       `hf-norms finetune` sets; `fine_tuning_reason` is the measurement that chose them, for the card and the log.
-    - `paper`, `text`, `caveats(options, family, untrained)`: what a model card cites and says.
+    - `paper`, `text`, `caveats(options, family, untrained)` (`family` a `FamilySpec`): what a model card cites and
+      says.
     """
 
     name: str
@@ -132,7 +133,7 @@ class NormSpec:
     options: tuple[Option, ...] = ()
     preserving_options: Mapping[str, Any] | None = field(default_factory=dict)
     preserving_note: str = ""
-    centered_families: frozenset[str] = frozenset()
+    exact_when_centred: bool = False
     calibration: str | None = None
     conversion_options: Mapping[str, Any] = field(default_factory=dict)
     added_parameters: tuple[str, ...] = ()
@@ -143,13 +144,18 @@ class NormSpec:
     statistics_free: bool = False
     uses_batch_statistics: Callable[[Any], bool] = lambda config: False
     keeps_input_position_embeddings: Callable[[Any], bool] = lambda config: True
-    caveats: Callable[[Mapping[str, Any], str, bool], list[str]] = lambda options, family, untrained: []
+    caveats: Callable[[Mapping[str, Any], Any, bool], list[str]] = lambda options, family, untrained: []
     fine_tuning_config: Mapping[str, Any] = field(default_factory=dict)
     fine_tuning_reason: str = ""
 
-    def converts_exactly(self, family: str, options: Mapping[str, Any]) -> bool:
-        """Whether a conversion of a `family` LayerNorm checkpoint with these option values computes its function."""
-        if family in self.centered_families:
+    def centres(self, family: Any) -> bool:
+        """Whether a conversion to it centres the residual stream of a `family` (a `FamilySpec`) model to be exact."""
+        return self.exact_when_centred and family.residual is not None
+
+    def converts_exactly(self, family: Any, options: Mapping[str, Any]) -> bool:
+        """Whether a conversion of a `family` (a `FamilySpec`) LayerNorm checkpoint with these option values computes
+        its function."""
+        if self.centres(family):
             return True
         preserving = self.preserving_options
         return preserving is not None and all(options.get(name) == value for name, value in preserving.items())

@@ -2,7 +2,7 @@
 `target_modules`, as it does for the stock models.
 
 peft looks a model's default target modules up by `config.model_type` in its `TRANSFORMERS_MODELS_TO_*_MAPPING`
-dictionaries, which know `bert` but not `bert_norm`. Each family (`model_classes.FAMILY_CONFIGS`, so a family added
+dictionaries, which know `bert` but not `bert_norm`. Each family (`family_registry.FAMILIES`, so a family added
 there joins automatically) gets its stock model type's entries (`bert_norm` -> `bert`: LoRA on `query`, `value`).
 Where peft has no LoRA default for the stock type (ViT, DeiT), LoRA targets the attention's query and value
 projections under their transformers 5 names, `q_proj` and `v_proj`, peft's choice for most models. Norms are never
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .model_classes import FAMILY_CONFIGS
+from .family_registry import FAMILIES
 
 QUERY_VALUE_PROJECTIONS = ["q_proj", "v_proj"]
 
@@ -28,8 +28,8 @@ def register_peft_defaults() -> None:
     from peft.utils import constants
 
     mappings = {name: table for name, table in vars(constants).items() if name.startswith("TRANSFORMERS_MODELS_TO_")}
-    for config_class in FAMILY_CONFIGS:
-        stock = config_class.stock_config_class().model_type
+    for family in FAMILIES.values():
+        config_class, stock = family.config_class, family.stock_model_type
         for table in mappings.values():
             if isinstance(table, dict) and stock in table:
                 table.setdefault(config_class.model_type, table[stock])

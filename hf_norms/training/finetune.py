@@ -69,6 +69,8 @@ from ..conversion.checkpoint_io import (
 from ..conversion.sources import load_processor
 from ..errors import handled_errors, require_type
 from ..hub.publish import pushed_line
+from ..models.family_registry import FAMILIES, family_of
+from ..models.family_spec import FamilySpec
 from ..models.image_processing_norm import GrayscaleImageProcessor
 from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
@@ -100,7 +102,6 @@ from .data import (
 )
 from .metrics import argmax_logits, classification_metrics, masked_lm_metrics
 from .model_setup import (
-    TASK_MODELS,
     Calibration,
     build_config,
     build_model,
@@ -113,13 +114,6 @@ from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card, 
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TASKS = {
-    "vit": "image-classification",
-    "deit": "image-classification",
-    "dinov2": "image-classification",
-    "bert": "text-classification",
-}
-IMAGE_FAMILIES = ("vit", "deit", "dinov2")
 DEFAULT_PIXEL_MEAN_STD = 0.5  # from-scratch image processor: x -> (x / 255 - 0.5) / 0.5 per channel
 
 
@@ -377,7 +371,7 @@ def finetune(
 
     calibration = None
     if converted_from_layernorm(model_args):
-        column = data_args.image_column if family in IMAGE_FAMILIES else data_args.text_column
+        column = data_args.image_column if family.modality == "image" else data_args.text_column
         calibration = Calibration.from_training_data(parts["train"], column, processing_class, data_args.max_seq_length)
     model = build_model(model_args, task, family, config, calibration)
     if training_args.parallel_mode == ParallelMode.DISTRIBUTED:
@@ -400,17 +394,18 @@ def finetune(
     return train_evaluate_and_save(trainer, resume, data_args.dataset)
 
 
-def family_and_task(model_args: ModelArguments, data_args: DataArguments) -> tuple[str, str]:
-    """The model family (`bert`, `vit`, ...) and the task to fine-tune it on (`data_args.task`, else the family's
-    default), refused when the family does not run that task."""
+def family_and_task(model_args: ModelArguments, data_args: DataArguments) -> tuple[FamilySpec, str]:
+    """The model family and the task to fine-tune it on (`data_args.task`, else the family's default), refused when
+    the family does not run that task."""
     family = model_family(
         model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
     )
-    task = data_args.task or DEFAULT_TASKS[family]
-    if family not in TASK_MODELS[task]:
+    task = data_args.task or family.default_task
+    if task not in family.task_heads:
+        runs_it = sorted(name for name, spec in FAMILIES.items() if task in spec.task_heads)
         raise FinetuneInputError(
-            f"Task {task} is not available for {family}: it runs on {sorted(TASK_MODELS[task])}; "
-            f"{family} runs {sorted(t for t, models in TASK_MODELS.items() if family in models)}."
+            f"Task {task} is not available for {family.name}: it runs on {runs_it}; "
+            f"{family.name} runs {sorted(family.task_heads)}."
         )
     return family, task
 
@@ -442,7 +437,7 @@ def _check_image_size(pixel_values: torch.Tensor, config: PreTrainedConfig) -> N
     """The image processor's output `[1, C, H, W]` fits the model: `C = num_channels`, and `H = W = image_size`, or
     for DINOv2 (which interpolates its position grid to any size) `H` and `W` multiples of the patch size."""
     channels, height, width = pixel_values.shape[1:]
-    if config.model_type.startswith("dinov2"):
+    if family_of(config.model_type).any_image_size:
         fits = channels == config.num_channels and height % config.patch_size == 0 and width % config.patch_size == 0
         expected = f"({config.num_channels}, multiple of {config.patch_size}, multiple of {config.patch_size})"
     else:

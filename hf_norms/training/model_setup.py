@@ -31,14 +31,8 @@ from ..conversion.checkpoint_io import (
 from ..conversion.config_checks import check_config_values, check_model_fits, check_size_fields, check_source_config
 from ..conversion.convert import convert_model
 from ..errors import FinetuneInputError
-from ..models.configuration_bert_norm import BertNormConfig
-from ..models.configuration_deit_norm import DeiTNormConfig
-from ..models.configuration_dinov2_norm import Dinov2NormConfig
-from ..models.configuration_vit_norm import ViTNormConfig
-from ..models.modeling_bert_norm import BertNormForMaskedLM, BertNormForSequenceClassification
-from ..models.modeling_deit_norm import DeiTNormForImageClassification
-from ..models.modeling_dinov2_norm import Dinov2NormForImageClassification
-from ..models.modeling_vit_norm import ViTNormForImageClassification
+from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_of
+from ..models.family_spec import FamilySpec
 from ..models.norms import NORM_TYPES, STOCK, fine_tuning_config, function_preserving_options
 from .arguments import ModelArguments
 
@@ -51,29 +45,13 @@ CONVERTED_OPTIONS = frozenset(
 )
 CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16  # training examples a converted DyT/Derf model is calibrated on
 
-FAMILY_CONFIGS: dict[str, type[PreTrainedConfig]] = {
-    "vit": ViTNormConfig,
-    "deit": DeiTNormConfig,
-    "bert": BertNormConfig,
-    "dinov2": Dinov2NormConfig,
-}
-TASK_MODELS: dict[str, dict[str, type[PreTrainedModel]]] = {
-    "image-classification": {
-        "vit": ViTNormForImageClassification,
-        "deit": DeiTNormForImageClassification,
-        "dinov2": Dinov2NormForImageClassification,
-    },
-    "text-classification": {"bert": BertNormForSequenceClassification},
-    "masked-lm": {"bert": BertNormForMaskedLM},
-}
 
-
-def model_family(model_type: str) -> str:
-    """`vit`, `deit` or `bert` for a model type with or without the `_norm` suffix."""
-    family = model_type.removesuffix("_norm")
-    if family not in FAMILY_CONFIGS:
+def model_family(model_type: str) -> FamilySpec:
+    """The family of a stock or hf-norms model type (`bert`, `bert_norm`)."""
+    family = family_of(model_type)
+    if family is None:
         raise FinetuneInputError(
-            f"Model type {model_type!r} is not supported: hf-norms fine-tunes {sorted(FAMILY_CONFIGS)} "
+            f"Model type {model_type!r} is not supported: hf-norms fine-tunes {sorted(FAMILIES)} "
             "(stock or *_norm checkpoints)."
         )
     return family
@@ -125,9 +103,9 @@ def _parse_like(text: str, current: Any) -> Any:
     return text
 
 
-def build_config(model_args: ModelArguments, family: str, label_names: list[str] | None) -> PreTrainedConfig:
+def build_config(model_args: ModelArguments, family: FamilySpec, label_names: list[str] | None) -> PreTrainedConfig:
     """The model config: the checkpoint's (or the family's defaults), with the norm type, labels and overrides."""
-    config_class = FAMILY_CONFIGS[family]
+    config_class = family.config_class
     options: dict[str, Any] = {}
     if model_args.norm_type is not None:
         options["norm_type"] = model_args.norm_type
@@ -203,14 +181,14 @@ def override_keys(overrides: str | None) -> set[str]:
 
 
 def build_model(
-    model_args: ModelArguments, task: str, family: str, config: PreTrainedConfig, calibration: Calibration | None
+    model_args: ModelArguments, task: str, family: FamilySpec, config: PreTrainedConfig, calibration: Calibration | None
 ) -> PreTrainedModel:
     """The task's hf-norms model class, loaded (a new head where the checkpoint's differs) or freshly initialised.
 
     A LayerNorm checkpoint loaded into DyT or Derf, which no option makes function-preserving, is first calibrated
     (`hf_norms.convert_model`) on `calibration`, training examples: from the naive swap, fine-tuning does not learn.
     """
-    model_class = TASK_MODELS[task][family]
+    model_class = MODEL_CLASSES[family.task_heads[task]]
     check_size(model_class, config, model_args.model_name_or_path)
     if model_args.model_name_or_path is None:
         return model_class(config)

@@ -37,7 +37,7 @@ from hf_norms.hub.publish import CheckpointRefused, push_to_hub
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.upload_files import screen_files
 from hf_norms.models import configuration_vit_norm, modeling_vit_norm
-from hf_norms.models.model_classes import MODEL_CLASSES
+from hf_norms.models.family_registry import MODEL_CLASSES
 from hf_norms.redaction import text_token_forms, token_forms
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token: hf_ and 34 letters and digits

@@ -92,10 +92,10 @@ def test_save_then_auto_from_pretrained_is_identical(head_case, norm_type, tmp_p
 
 
 def test_auto_classes_resolve_every_head():
-    from hf_norms.models.model_classes import FAMILIES
+    from hf_norms.models.family_registry import FAMILIES
 
-    for _, module in FAMILIES:
-        family_map = module.FAMILY_AUTO_MAP
+    for family in FAMILIES.values():
+        family_map = family.auto_map
         config_class = getattr(hf_norms, family_map["AutoConfig"].split(".")[1])
         assert transformers.AutoConfig.for_model(config_class.model_type).__class__ is config_class
         for auto_name, reference in family_map.items():
@@ -109,13 +109,14 @@ def test_auto_classes_resolve_every_head():
 def test_every_head_is_registered_under_its_auto_class():
     """Each head a family module defines sits in the mapping of the Auto class its `_auto_class` names, the
     `FAMILY_AUTO_MAP` entry first where a task has several heads."""
-    from hf_norms.models.model_classes import FAMILIES, family_model_classes
+    from hf_norms.models.family_registry import FAMILIES
 
-    for config_class, module in FAMILIES:
-        for cls in family_model_classes(module, config_class):
+    for family in FAMILIES.values():
+        config_class = family.config_class
+        for cls in family.heads:
             registered = getattr(transformers, cls._auto_class)._model_mapping[config_class]
             assert cls in (registered if isinstance(registered, tuple) else (registered,)), cls.__name__
-        for name, reference in module.FAMILY_AUTO_MAP.items():
+        for name, reference in family.auto_map.items():
             registered = name == "AutoConfig" or getattr(transformers, name)._model_mapping[config_class]
             assert name == "AutoConfig" or one_of(registered).__name__ == reference.split(".")[1]
 

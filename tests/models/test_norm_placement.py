@@ -12,7 +12,7 @@ from conftest import tiny_config
 from huggingface_hub.errors import StrictDataclassClassValidationError
 
 import hf_norms
-from hf_norms.models.model_classes import MODEL_CLASSES
+from hf_norms.models.family_registry import MODEL_CLASSES
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))

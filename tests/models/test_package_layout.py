@@ -85,7 +85,7 @@ def test_the_model_set_imports_nothing_outside_it():
         if path.name in (
             "__init__.py",
             "auto_registration.py",
-            "model_classes.py",
+            "family_registry.py",
         ):  # none is copied next to checkpoints
             continue
         for node in ast.walk(ast.parse(path.read_text())):
@@ -192,21 +192,42 @@ NOT_NORM_TYPES = {
     ("conversion/folding.py", "layernorm"): "the final norm's attribute name",
     ("models/norm_sepnorm.py", "layernorm"): "a value of `sepnorm_prefix_norm`",
     ("demo.py", "sepnorm"): "the demo's choice",
+    ("models/family_registry.py", "layernorm"): "the name of ViT's final norm module",
     ("demo.py", "dyt"): "the demo's choice",
     ("demo.py", "dtn"): "the demo's choice",
     ("demo.py", "lape"): "the demo's choice",
 }
 
 
-def test_no_norm_name_is_written_outside_the_registry():
-    """A norm_type is named only in `models/norm_registry.py` (docstrings aside): everything else reads the registry,
-    so a norm is added by its layer file and one entry."""
-    from hf_norms.models.norm_registry import NORM_NAMES
+def family_files() -> set[str]:
+    """The family registry and each family's own configuration and modeling files (`models/...`)."""
+    from hf_norms.models.family_registry import FAMILIES
 
+    own = {
+        f"models/{module.split('.')[-1]}.py"
+        for family in FAMILIES.values()
+        for module in (family.config_class.__module__, family.modeling_module.__name__)
+    }
+    return own | {"models/family_registry.py"}
+
+
+def test_no_family_name_is_written_outside_the_registry():
+    """A family's name and model types (`bert`, `bert_norm`) are written only in the family registry and the family's
+    own configuration and modeling files (docstrings aside): everything else reads its `FamilySpec`, so a family is
+    added by its model files and one entry."""
+    from hf_norms.models.family_registry import FAMILIES
+
+    names = {name for family in FAMILIES.values() for name in (family.name, family.model_type, family.stock_model_type)}
+    assert literals_outside(names, family_files()) == []
+
+
+def literals_outside(names: set[str], allowed_files: set[str], allowed: dict | None = None) -> list[str]:
+    """`file:line 'name'` of every string constant in `names` in the package outside `allowed_files` (paths below the
+    package) and docstrings, except the (file, name) pairs of `allowed`."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE).as_posix()
-        if relative == "models/norm_registry.py":
+        if relative in allowed_files:
             continue
         tree = ast.parse(path.read_text())
         holders = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -216,7 +237,15 @@ def test_no_norm_name_is_written_outside_the_registry():
             if isinstance(node, holders) and ast.get_docstring(node, clean=False)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and node.value in NORM_NAMES and id(node) not in docstrings:
-                if (relative, node.value) not in NOT_NORM_TYPES:
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings:
+                if (relative, node.value) not in (allowed or {}):
                     found.append(f"{relative}:{node.lineno} {node.value!r}")
-    assert found == []
+    return found
+
+
+def test_no_norm_name_is_written_outside_the_registry():
+    """A norm_type is named only in `models/norm_registry.py` (docstrings aside): everything else reads the registry,
+    so a norm is added by its layer file and one entry."""
+    from hf_norms.models.norm_registry import NORM_NAMES
+
+    assert literals_outside(set(NORM_NAMES), {"models/norm_registry.py"}, NOT_NORM_TYPES) == []

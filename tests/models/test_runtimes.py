@@ -4,7 +4,7 @@ run by onnxruntime (dynamic batch, and length for text), the TorchScript ONNX ex
 `torch.compile`. `benchmarks/runtimes.py` holds the cases, the checks and their tolerances, and prints the table of
 `docs/runtimes.md` on the whole grid (`python -m benchmarks.runtimes`, about 20 minutes on 2 cores).
 
-Families and norm types come from the code (`model_classes.FAMILIES`, `hf_norms.NORM_TYPES`), so new ones join.
+Families and norm types come from the code (`family_registry.FAMILIES`, `hf_norms.NORM_TYPES`), so new ones join.
 The checks that take seconds run on the whole grid. Exporting takes 5-45 s per tiny model and compiling with inductor
 one to two minutes (2 shared cores, cold cache), so here: export for every norm type (families in turn) and DTN in
 every family; `torch.compile` with the `aot_eager` backend (dynamo's single graph and AOTAutograd's functional forward
@@ -21,7 +21,7 @@ from conftest import tiny_config
 
 import hf_norms
 from benchmarks import runtimes
-from hf_norms.models.model_classes import FAMILIES
+from hf_norms.models.family_registry import FAMILIES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,7 +80,7 @@ def test_dtn_compiled_with_inductor_computes_what_eager_computes_with_padding():
 
 
 def test_the_grid_covers_every_family_and_norm_type():
-    assert {config_class.model_type for config_class, _ in FAMILIES} == set(FAMILY_NAMES)
+    assert {family.model_type for family in FAMILIES.values()} == set(FAMILY_NAMES)
     assert {"bert_norm", "deit_norm", "vit_norm"} <= set(FAMILY_NAMES)
     assert {norm_type for _, norm_type in GRID} == {norm_type for _, norm_type in ROTATION} == set(NORM_TYPES)
 
