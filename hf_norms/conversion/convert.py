@@ -46,7 +46,16 @@ from ..version import VERSION
 from .arguments import ConversionOptions, ConvertArguments, split_options
 from .calibration import calibrate_norms, norms_in_forward_order
 from .checkpoint_io import SAFETENSORS_INDEX, resolve_source
-from .data import Examples, encode_batches, fitting_max_length, load_examples, model_device, probe_examples, run_model
+from .data import (
+    Examples,
+    check_data,
+    encode_batches,
+    fitting_max_length,
+    load_examples,
+    model_device,
+    probe_examples,
+    run_model,
+)
 from .devices import resolve_device
 from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
@@ -322,6 +331,8 @@ def convert_checkpoint(arguments: ConvertArguments) -> dict[str, Any]:
     if isinstance(layers.get("num_hidden_layers"), int):  # a layer choice that does not fit: before loading too
         layer_plan(a.norm_type, layers["num_hidden_layers"], a.keep_layernorm, a.target_cosine, exact, a.options)
     check_foldable(source_model.family, a.fold)
+    for data in (a.calibration_data, a.evaluation_data):  # a data mistake: one line before any model loads
+        check_data(data, source_model.modality, a.data_column(source_model.modality))
     protected = {"the source": checkpoint.path,
                  **data_places(calibration_data=a.calibration_data, evaluation_data=a.evaluation_data),
                  **data_places(**local_data(ood_evaluation_data=a.ood_evaluation_data))}  # fmt: skip

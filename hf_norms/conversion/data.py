@@ -21,14 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import ConversionError, one_line
+from ..errors import ConversionError
 from ..readers import check_document, cut_text, open_image, text_lines
+from .data_files import FORMATS, example_column, file_builder, is_saved_dataset, load_data_files, missing_path
 
-# data files read by `datasets.load_dataset` (as `finetune` reads them): suffix -> its packaged builder
-DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
-TEXT_COLUMNS = ("text", "sentence", "content", "document")
-IMAGE_COLUMNS = ("image", "img", "pixel_values")
 PROBE_SENTENCES = (
     "The quick brown fox jumps over the lazy dog.",
     "Shares in the company rose sharply after the results were announced on Monday.",
@@ -61,11 +58,11 @@ def load_examples(data: Any, modality: str, count: int | None = None, column: st
     """The first `count` (default: all) texts (`modality="text"`) or RGB images (`"image"`) of a calibration or
     evaluation data source; a `.txt` file or an image folder is read only as far as that.
 
-    `data` is one of: a `.txt` file (one text per non-empty line); a `.csv`, `.json`, `.jsonl` or `.parquet` file,
-    read by `datasets.load_dataset` as `finetune` reads it; a folder of image files (searched recursively, sorted by
+    `data` is one of: a `.txt` file (one text per non-empty line); a `.csv`, `.tsv`, `.json`, `.jsonl` or `.parquet`
+    file, read by `datasets.load_dataset` as `heal` and `finetune` read it (`data_files.load_data_files`); a folder of image files (searched recursively, sorted by
     path); a folder written by `datasets.Dataset.save_to_disk`; a `datasets.Dataset`; a list of strings or of PIL
     images. A data set's column is `column` when given, else `text`/`sentence`/`content`/`document` or `image`/`img`,
-    else the first column of the right kind. Everything goes through the bounded readers (`hf_norms.readers`): a text longer than
+    else the first column of the right kind (`data_files.example_column`). Everything goes through the bounded readers (`hf_norms.readers`): a text longer than
     `TEXT_LIMIT` characters (a line, a dataset's document, a text of the list) gives several examples, and every image
     file is checked from its header before it is decoded.
     """
@@ -86,29 +83,27 @@ def load_examples(data: Any, modality: str, count: int | None = None, column: st
             items, f"in-memory list of {len(items)} {'texts' if modality == 'text' else 'images'}", modality
         )
     raise ConversionError(
-        f"Unsupported data source {type(data).__name__}: give a .txt, .csv, .json/.jsonl or .parquet file, a folder "
-        "of images, a folder saved by datasets' save_to_disk, a datasets.Dataset, or a non-empty list of texts or "
+        f"Unsupported data source {type(data).__name__}: give a {FORMATS} file, a folder of images, a folder saved by datasets' save_to_disk, a datasets.Dataset, or a non-empty list of texts or "
         "images."
     )
+
+
+def check_data(data: Any, modality: str, column: str | None = None) -> None:
+    """Refuse, in one line, a data path that does not exist, is of a format no command reads, lacks the named column
+    or holds no example, by reading its first example (`load_examples`): so a mistake is answered before a model
+    loads. Data in memory is checked where it is read."""
+    if isinstance(data, (str, os.PathLike)):
+        load_examples(data, modality, 1, column)
 
 
 def _path_items(path: Path, modality: str, column: str | None) -> Iterator[Any]:
     """The examples of a local data source, read one at a time (checked to hold at least one)."""
     if not path.exists():
-        raise ConversionError(f"Data source {path} does not exist.")
-    if path.is_file() and path.suffix in DATA_FILE_BUILDERS:
-        import datasets
-
-        try:
-            dataset = datasets.load_dataset(DATA_FILE_BUILDERS[path.suffix], data_files=str(path), split="train")
-        except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as error:
-            raise ConversionError(f"{path} does not read as a {path.suffix} data file: {one_line(error)}") from None
+        raise missing_path(path, ConversionError)
+    if path.is_file() and file_builder(path, ConversionError) != "text":
+        dataset = load_data_files([path], ConversionError)
         items, what = dataset_items(dataset, modality, str(path), column), f"{modality} examples"
     elif path.is_file():
-        if path.suffix != ".txt":
-            raise ConversionError(
-                f"Data file {path} is not a .txt (one text per line), .csv, .json, .jsonl or .parquet file."
-            )
         if modality != "text":
             raise ConversionError(f"{path} holds texts, but this model takes images: give a folder of images.")
         items, what = text_lines(path), "text lines"
@@ -137,11 +132,6 @@ def _path_items(path: Path, modality: str, column: str | None) -> Iterator[Any]:
     yield from items
 
 
-def is_saved_dataset(folder: Path) -> bool:
-    """Whether `folder` was written by `datasets`' `save_to_disk` (a `Dataset` or a `DatasetDict`)."""
-    return any((folder / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
-
-
 def image_files(folder: Path) -> list[Path]:
     """The image files of `folder` and its sub-folders, sorted by path."""
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
@@ -161,36 +151,10 @@ def _describe_dataset(dataset) -> str:
     return f"datasets:{name} ({dataset.num_rows} rows)"
 
 
-def dataset_column(features: dict[str, Any], modality: str, repr_name: str, column: str | None = None) -> str:
-    """The column of a data set (`features`: column -> `datasets` feature) that holds the examples: `column` when
-    given, else `text`/`sentence`/`content`/`document` or `image`/`img`, else the first column of the right kind."""
-    import datasets
-
-    if column is not None:
-        if column not in features:
-            raise ConversionError(f"{repr_name} has no column {column!r} (columns: {list(features)}).")
-        return column
-    if modality == "text":
-        preferred = [c for c in TEXT_COLUMNS if c in features]
-        kind = [
-            c for c, f in features.items() if isinstance(f, datasets.Value) and f.dtype in ("string", "large_string")
-        ]
-    else:
-        preferred = [c for c in IMAGE_COLUMNS if c in features]
-        kind = [c for c, f in features.items() if isinstance(f, datasets.Image)]
-    columns = preferred + kind
-    if not columns:
-        raise ConversionError(
-            f"{repr_name} has no {'text' if modality == 'text' else 'image'} column (columns: {list(features)}); "
-            f"name it with --{modality}-column."
-        )
-    return columns[0]
-
-
 def dataset_items(dataset, modality: str, repr_name: str, column: str | None = None) -> Iterator[Any]:
-    """The examples of a `datasets.Dataset`'s column (`dataset_column`), one row at a time: its texts cut into windows
+    """The examples of a `datasets.Dataset`'s column (`data_files.example_column`), one row at a time: its texts cut into windows
     (`readers.cut_text`, after `check_text_column`), or its images read by `readers.open_image`."""
-    column = dataset_column(dataset.features, modality, repr_name, column)
+    column = example_column(dataset.features, modality, repr_name, column, ConversionError)
     if modality == "text":
         check_text_column(dataset, column, repr_name)
         for example in dataset.select_columns([column]):

@@ -45,18 +45,19 @@ from typing import Any
 
 from ..errors import ConversionError, one_line
 from ..readers import TEXT_LIMIT, cut_text, held_image, json_lines, text_lines
-from .data import (
-    SPECIAL_TOKENS_MASK,
-    Examples,
-    check_text_column,
-    dataset_column,
-    image_files,
+from .data import SPECIAL_TOKENS_MASK, Examples, check_text_column, image_files, load_image, stored_image
+from .data_files import (
+    FILE_BUILDERS,
+    FORMATS,
+    STRING_DTYPES,
+    example_column,
+    file_builder,
     is_saved_dataset,
-    load_image,
-    stored_image,
+    load_data_files,
+    missing_path,
 )
 
-STREAMED_SUFFIXES = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
+PIECE_READERS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}  # read in pieces here, by the readers
 PIECE_BYTES = 16 << 20
 MIN_PIECES = 16
 MIN_PIECE_BYTES = 256
@@ -143,7 +144,7 @@ def open_stream(
     elif isinstance(source.data, str) and HUB_ID.fullmatch(source.data) and not path.suffix:
         stream = _hub_stream(source, modality, token)
     else:
-        raise ConversionError(f"Data source {path} does not exist (nor is it a Hub dataset id like org/name).")
+        raise missing_path(path, ConversionError)
     if held_out is not None and held_out.texts:
         texts = held_out.texts
         stream.dataset = stream.dataset.filter(lambda example: example["item"] not in texts)
@@ -170,17 +171,22 @@ def _local_stream(path: Path, source: DataSource, modality: str, held_out: HeldO
             files = files[: held_out.start] + files[held_out.start + held_out.count :]
         pieces = [("image", str(file), 0, 0, None) for file in files]
         return Stream(_pieces_dataset(pieces), str(path), modality, len(files))
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in STREAMED_SUFFIXES)
-    kinds = {STREAMED_SUFFIXES.get(file.suffix) for file in files}
-    if None in kinds or len(kinds) != 1:
-        found = ", ".join(sorted(file.suffix or file.name for file in files)[:5]) or "no such files"
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix.lower() in FILE_BUILDERS)
+    if path.is_file():
+        file_builder(path, ConversionError)  # a format no command reads: one line naming those read
+    kinds = {PIECE_READERS.get(file.suffix.lower(), "datasets") for file in files}
+    if len(kinds) != 1:
+        found = ", ".join(sorted(file.suffix for file in files)[:5]) or "no such files"
         raise ConversionError(
-            f"{path}: give .txt, .jsonl or .parquet files (one kind), a folder of them, a folder of images or a saved "
-            f"dataset; found {found}."
+            f"{path}: give {FORMATS} files (one kind), a folder of them, a folder of images or a saved dataset; "
+            f"found {found}."
         )
     kind = kinds.pop()
     if kind != "parquet" and modality == "image":
         raise ConversionError(f"{path} holds texts, but this model takes images: give images, or a Parquet column.")
+    if kind == "datasets":  # .csv, .tsv, .json: `datasets.load_dataset`'s stream, a shard per file
+        dataset = load_data_files(files, ConversionError, streaming=True)
+        return _datasets_stream(dataset, str(path), str(path), modality, source.column)
     column = _file_column(files[0], kind, modality, source.column)
     pieces = [piece for file in files for piece in _file_pieces(file, kind, column, processes)]
     size = sum(_parquet_rows(file) for file in files) if kind == "parquet" else None
@@ -198,7 +204,7 @@ def _file_column(file: Path, kind: str, modality: str, column: str | None) -> st
 
         schema = datasets.Features.from_arrow_schema(pq.read_schema(file))
         features = {name: datasets.Image() if _holds_images(f) else f for name, f in schema.items()}
-        return dataset_column(features, modality, str(file), column)
+        return example_column(features, modality, str(file), column, ConversionError)
     first = next((line for _, line in json_lines(file)), "{}")
     try:
         example = json.loads(first)
@@ -207,7 +213,7 @@ def _file_column(file: Path, kind: str, modality: str, column: str | None) -> st
     if not isinstance(example, dict):
         raise ConversionError(f"{file} is not JSON Lines of objects: its first line is a {type(example).__name__}.")
     features = {name: datasets.Value("string" if isinstance(v, str) else "null") for name, v in example.items()}
-    return dataset_column(features, modality, str(file), column)
+    return example_column(features, modality, str(file), column, ConversionError)
 
 
 def _holds_images(feature: Any) -> bool:
@@ -294,7 +300,7 @@ def _saved_dataset_stream(path: Path, source: DataSource, modality: str, held_ou
         if split not in dataset:
             raise ConversionError(f"{path} has no split {split!r} (splits: {list(dataset)}).")
         dataset = dataset[split]
-    column = dataset_column(dataset.features, modality, str(path), source.column)
+    column = example_column(dataset.features, modality, str(path), source.column, ConversionError)
     longest = check_text_column(dataset, column, str(path)) if modality == "text" else 0
     dataset = dataset.select_columns([column]).rename_column(column, "item")
     if held_out is not None:
@@ -313,16 +319,36 @@ def _hub_stream(source: DataSource, modality: str, token: Any) -> Stream:
     description = f"{source.data}" + (f" ({source.config})" if source.config else "") + f", split {split}"
     try:
         dataset = datasets.load_dataset(str(source.data), name=source.config, split=split, streaming=True, token=token)
-        features = dataset.features or datasets.Features(
-            {name: datasets.Value("string") if isinstance(value, str) else datasets.Image() for name, value in
-             next(iter(dataset)).items() if isinstance(value, str) or hasattr(value, "convert")}
-        )  # fmt: skip
-    except (OSError, ValueError, FileNotFoundError, StopIteration) as error:
+    except (OSError, ValueError, FileNotFoundError) as error:
         raise ConversionError(f"Hub dataset {description}: {one_line(error)}") from None
-    column = dataset_column(features, modality, f"Hub dataset {description}", source.column)
-    dataset = _bounded(dataset.select_columns([column]).rename_column(column, "item"), modality, description)
     split_info = (dataset.info.splits or {}).get(split)
-    return Stream(dataset, description, modality, getattr(split_info, "num_examples", None) or None)
+    size = getattr(split_info, "num_examples", None) or None
+    return _datasets_stream(dataset, description, f"Hub dataset {description}", modality, source.column, size)
+
+
+def _datasets_stream(dataset, description: str, where: str, modality: str, column: str | None,
+                     size: int | None = None) -> Stream:  # fmt: skip
+    """The `Stream` of a `datasets.load_dataset(..., streaming=True)` stream (a Hub dataset, local .csv/.tsv/.json
+    files): its example column (`data_files.example_column`, from its features or, without them, its first row),
+    read through the bounded readers."""
+    import datasets
+
+    try:
+        first = next(iter(dataset), None) if dataset.features is None else None
+    except (OSError, ValueError, datasets.exceptions.DatasetGenerationError) as error:  # not its format
+        raise ConversionError(f"Cannot read {where} ({one_line(error)}); check its contents.") from None
+    if dataset.features is None and first is None:
+        raise ConversionError(f"{description} holds no {modality} examples to heal on.")
+    features = dataset.features or datasets.Features(
+        {name: datasets.Value("string") if isinstance(value, str) else datasets.Image() if hasattr(value, "convert")
+         else datasets.Value("null") for name, value in first.items()}
+    )  # fmt: skip
+    column = example_column(features, modality, where, column, ConversionError)
+    feature = features[column]
+    if modality == "text" and not (isinstance(feature, datasets.Value) and feature.dtype in STRING_DTYPES):
+        raise ConversionError(f"{where} must hold texts (str) for a text model (its {column!r} holds {feature}).")
+    stream = _bounded(dataset.select_columns([column]).rename_column(column, "item"), modality, description)
+    return Stream(stream, description, modality, size)
 
 
 def _bounded(stream, modality: str, description: str):

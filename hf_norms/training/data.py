@@ -12,10 +12,9 @@ rows into model inputs, so large image datasets are never materialised as tensor
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,15 +24,22 @@ import torch
 from PIL import Image
 
 from .. import packaged
-from ..errors import FinetuneInputError, one_line
+from ..conversion.data_files import (
+    FILE_BUILDERS,
+    STRING_DTYPES,
+    is_saved_dataset,
+    load_data_files,
+    missing_column,
+    missing_path,
+    quiet_datasets,
+)
+from ..errors import FinetuneInputError
 from ..readers import TEXT_LIMIT, check_pixels, opened_image
 
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_DATASETS = ("bbc-news", "fashion-mnist")
-FILE_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 EVAL_SPLIT_NAMES = ("validation", "test")
 IMAGE_CHECK_COUNT = 16  # images per split whose channel count is checked before training
-STRING_DTYPES = ("string", "large_string")
 
 
 def packaged_dataset(name: str, max_train_samples: int | None = None) -> datasets.DatasetDict:
@@ -83,49 +89,24 @@ def load_dataset_source(
     1. `packaged:<name>`: `packaged_dataset(name)`.
     2. A folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk` (a lone dataset becomes split `train`).
     3. Any other folder: an imagefolder (`<folder>/<class name>/<image>`, or `train/`, `validation/` sub-folders).
-    4. A `.csv`/`.tsv`/`.json`/`.jsonl`/`.parquet` file: split `train`.
+    4. A `.txt`/`.csv`/`.tsv`/`.json`/`.jsonl`/`.parquet` file: split `train` (`data_files.load_data_files`, as
+       `convert` and `heal` read it).
     5. Otherwise a dataset id for `datasets.load_dataset` (the Hub, or a local loading script).
     """
     if source.startswith(PACKAGED_PREFIX):
         return packaged_dataset(source.removeprefix(PACKAGED_PREFIX), max_train_samples)
     path = Path(source)
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        if is_saved_dataset(path):
             loaded = datasets.load_from_disk(str(path))
             return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict(train=loaded)
         with quiet_datasets():  # a local folder: no progress bars around a possible error line
             return datasets.load_dataset("imagefolder", data_dir=str(path))
     if path.is_file():
-        builder = FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise FinetuneInputError(
-                f"Cannot read {path}: use a {'/'.join(FILE_BUILDERS)} file, a dataset folder or an imagefolder."
-            )
-        options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-        try:
-            with quiet_datasets():  # a local file is read in moments; no progress bars around a possible error line
-                return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
-        except (ValueError, datasets.exceptions.DatasetGenerationError) as error:  # no rows, or not that format
-            raise FinetuneInputError(
-                f"Cannot read {path} as a {builder} file with rows of data ({one_line(error)}); check its contents."
-            ) from None
+        return load_data_files([path], FinetuneInputError, split=None)
     if path.suffix.lower() in FILE_BUILDERS or source.startswith((".", "/", "~")) or source.count("/") > 1:
-        raise FinetuneInputError(f"There is no file or folder {str(path.resolve())!r}; check the --dataset path.")
+        raise missing_path(path, FinetuneInputError)
     return datasets.load_dataset(source, config_name, token=token)
-
-
-@contextlib.contextmanager
-def quiet_datasets() -> Iterator[None]:
-    """datasets' progress bars off for the duration, as they were after."""
-    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-    was_disabled = are_progress_bars_disabled()
-    disable_progress_bars()
-    try:
-        yield
-    finally:
-        if not was_disabled:
-            enable_progress_bars()
 
 
 def select_splits(
@@ -184,11 +165,9 @@ def subsample(dataset: datasets.Dataset, max_samples: int | None, seed: int) -> 
 
 
 def require_column(dataset: datasets.Dataset, column: str, role: str, option: str, split: str) -> None:
+    """Refuse a data set without `column` (`data_files.missing_column`, the line every command gives)."""
     if column not in dataset.column_names:
-        raise FinetuneInputError(
-            f"The {split} data has no {role} column {column!r}; its columns are {dataset.column_names}. "
-            f"Name the right one with --{option} (or {option}=... in the Python API)."
-        )
+        raise missing_column(f"The {split} data", column, role, dataset.column_names, option, FinetuneInputError)
 
 
 def resolve_label_names(
@@ -259,10 +238,12 @@ def _check_label_range(splits: dict[str, datasets.Dataset], label_column: str, n
 
 
 def encode_labels(dataset: datasets.Dataset, label_column: str, names: Sequence[str]) -> datasets.Dataset:
-    """`dataset` with string labels cast to class indices of `names` (integer and `ClassLabel` columns unchanged)."""
+    """`dataset` with string labels cast to class indices of `names` (integer and `ClassLabel` columns unchanged),
+    without a progress bar before the checks that follow (a mistake there is one line)."""
     if getattr(dataset.features[label_column], "dtype", None) not in STRING_DTYPES:
         return dataset
-    return dataset.cast_column(label_column, datasets.ClassLabel(names=list(names)))
+    with quiet_datasets():
+        return dataset.cast_column(label_column, datasets.ClassLabel(names=list(names)))
 
 
 def validate_text_column(dataset: datasets.Dataset, column: str, split: str, option: str = "text_column") -> None:

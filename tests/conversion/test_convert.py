@@ -365,7 +365,7 @@ BAD_INPUTS = {
     "DyT without calibration data": (None, "dyt", {}, "calibration data"),
     "Derf without calibration data": (None, "derf", {}, "'derf' cannot reproduce LayerNorm without calibration"),
     "text data for an image model": (None, "dyt", {"calibration_data": ["a text"]}, "PIL images"),
-    "missing data path": (None, "dyt", {"calibration_data": "/nonexistent/data.txt"}, "does not exist"),
+    "missing data path": (None, "dyt", {"calibration_data": "/nonexistent/data.txt"}, "There is no file or folder"),
     "BERT folding": ("bert", "sepnorm", {"fold": True}, "post-LN"),
 }
 
@@ -471,4 +471,4 @@ def test_calibration_and_evaluation_data_read_as_finetune_reads_them(kind, tiny_
         healed = json.loads((output / REPORT_JSON).read_text())
         assert healed["stages"]["healed"]["end_to_end"]["mean_cosine"] > 0 and healed["healing"]["steps"] == 1
     assert cli.main([*argv[:-1], str(tmp_path / "other"), "--text-column", "summary"]) == 2
-    assert f"{path} has no column 'summary' (columns: ['title', 'body'])" in capsys.readouterr().err
+    assert f"{path} has no text column 'summary'; its columns are ['title', 'body']" in capsys.readouterr().err

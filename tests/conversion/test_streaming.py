@@ -92,7 +92,10 @@ def test_jsonl_and_parquet_files_and_folders_of_them(corpus, tmp_path):
     for name, part in (("a.jsonl", expected[:50]), ("b/c.jsonl", expected[50:])):
         (folder / name).write_text("".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(part)))
     assert items(open_stream(DataSource(folder), "text").dataset) == expected  # the only text column, sorted files
-    with pytest.raises(ConversionError, match=r"has no column 'text' \(columns: \['id', 'body'\]\)"):
+    with pytest.raises(
+        ConversionError,
+        match=r"has no text column 'text'; its columns are \['id', 'body'\]\. Name the right one with --text-column",
+    ):
         open_stream(DataSource(folder / "a.jsonl", column="text"), "text")
     table = pa.table({"title": [t[:10] for t in expected], "text": expected})
     pq.write_table(table, tmp_path / "corpus.parquet", row_group_size=25)
@@ -101,9 +104,9 @@ def test_jsonl_and_parquet_files_and_folders_of_them(corpus, tmp_path):
     titles = open_stream(DataSource(tmp_path / "corpus.parquet", column="title"), "text")
     assert items(titles.dataset) == [t[:10] for t in expected]
     (folder / "d.parquet").write_bytes((tmp_path / "corpus.parquet").read_bytes())
-    with pytest.raises(ConversionError, match=r"one kind\), .*found \.jsonl, \.jsonl, \.parquet"):
+    with pytest.raises(ConversionError, match=r"\.parquet files \(one kind\), .*found \.jsonl, \.jsonl, \.parquet"):
         open_stream(DataSource(folder), "text")
-    with pytest.raises(ConversionError, match=r"does not exist \(nor is it a Hub dataset id"):
+    with pytest.raises(ConversionError, match=r"^There is no file or folder .*missing\.txt; check the data path\.$"):
         open_stream(DataSource(tmp_path / "missing.txt"), "text")
     with pytest.raises(ConversionError, match=r"--data-config names a configuration of a Hub dataset"):
         open_stream(DataSource(tmp_path / "corpus.parquet", config="news"), "text")
