@@ -12,6 +12,7 @@ from __future__ import annotations
 from .configuration_bert_norm import BertNormConfig
 from .configuration_deit_norm import DeiTNormConfig
 from .configuration_dinov2_norm import Dinov2NormConfig
+from .configuration_roberta_norm import RobertaNormConfig
 from .configuration_vit_norm import ViTNormConfig
 from .family_spec import FamilySpec, FoldLayout, ResidualWrites
 
@@ -66,6 +67,18 @@ FAMILIES: dict[str, FamilySpec] = {
             task_heads={
                 "text-classification": "BertNormForSequenceClassification",
                 "masked-lm": "BertNormForMaskedLM",
+            },
+            pooler_option=True,
+        ),
+        FamilySpec(
+            name="roberta",
+            display_name="RoBERTa",
+            config_class=RobertaNormConfig,
+            modality="text",
+            pre_ln=False,
+            task_heads={
+                "text-classification": "RobertaNormForSequenceClassification",
+                "masked-lm": "RobertaNormForMaskedLM",
             },
             pooler_option=True,
         ),
