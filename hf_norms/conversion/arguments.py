@@ -102,8 +102,8 @@ class ConversionOptions:
     """How a model is converted and measured (`convert_model` in memory; `convert` adds where from and to)."""
 
     calibration_data: str | None = option(
-        "DyT/Derf calibration data: .txt, .csv, .json/.jsonl or .parquet file, image folder or saved dataset (in "
-        "Python also texts, images or a datasets.Dataset)"
+        "DyT/Derf calibration data: .txt, .csv, .tsv, .json, .jsonl or .parquet file, image folder or saved dataset "
+        "(in Python also texts, images or a datasets.Dataset)"
     )
     calibration_samples: int = option("examples the calibration fits on", 64)
     evaluation_data: str | None = option(
@@ -144,8 +144,8 @@ class ConversionOptions:
         metavar="C",
     )
     text_column: str | None = option(
-        "the column of texts in a .csv/.json/.jsonl/.parquet file or saved dataset (default: text, sentence, content "
-        "or document, else the first text column)"
+        "the column of texts in a .csv/.tsv/.json/.jsonl/.parquet file or saved dataset (default: text, sentence, "
+        "content or document, else the first text column)"
     )
     image_column: str | None = option("the column of images (default: image, img, else the first image column)")
     progress: bool = option("show progress bars", False, cli=False)
@@ -202,8 +202,8 @@ class HealArguments:
 
     folder: str = required("a folder written by `hf-norms convert`", positional=True)
     data: str = required(
-        "unlabeled data, read as a stream: .txt, .jsonl or .parquet files or a folder of them, an image folder, a "
-        "saved dataset, or a Hub dataset id (in Python also texts, images or a datasets.Dataset)"
+        "unlabeled data, read as a stream: a .txt, .csv, .tsv, .json, .jsonl or .parquet file or a folder of them, an "
+        "image folder, a saved dataset, or a Hub dataset id (in Python also texts, images or a datasets.Dataset)"
     )
     data_config: str | None = option("the configuration of a Hub dataset")
     data_split: str | None = option("the split of a Hub dataset or a saved DatasetDict (default: train)")
@@ -284,7 +284,8 @@ class HealArguments:
         require_type("folder", self.folder, (str, os.PathLike), "the folder `hf-norms convert` wrote")
         if self.data is None:
             raise ConversionError(
-                "heal needs data to distil on (--data): a .txt file, a folder of images or a dataset."
+                "heal needs data to distil on (--data): a .txt, .csv, .tsv, .json, .jsonl or .parquet file, a folder of "
+                "images, a saved dataset or a Hub dataset id."
             )
         check_counts(self, "max_steps", "batch_size", "max_length", "save_steps", "samples")
         check_numbers(self, "learning_rate", "cosine_weight", "hidden_state_weight", "token_weight", "head_weight",

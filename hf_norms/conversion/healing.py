@@ -181,8 +181,9 @@ class HealingRun:
 
 
 def heal_folder(arguments: HealArguments) -> dict[str, Any]:
-    """`hf-norms heal`. `data` is a path or a Hub dataset id, read as a stream (`streaming.open_stream`: `.txt`,
-    `.jsonl`, `.parquet` files or a folder of them, a folder of images, a saved `datasets` folder, a Hub id with
+    """`hf-norms heal`. `data` is a path or a Hub dataset id, read as a stream (`streaming.open_stream`: a `.txt`,
+    `.csv`, `.tsv`, `.json`, `.jsonl` or `.parquet` file or a folder of them (`data_files`, the grammar every command
+    reads), a folder of images, a saved `datasets` folder, a Hub id with
     `data_config` and `data_split`; the column `text_column` / `image_column`), or texts, images or a
     `datasets.Dataset` in memory. With `samples`, the first `samples` examples are read into memory and trained on.
 

@@ -8,6 +8,9 @@
   text or JSONL file is read in pieces, byte ranges of at most `PIECE_BYTES` (at least `MIN_PIECES` per file, or one
   per process where there are more processes, down to pieces of `MIN_PIECE_BYTES`), each holding the lines, or the
   windows of a long line, that start in it (`readers.file_records`); a Parquet file by row group;
+- a `.csv`, `.tsv` or `.json` file, or a folder of such files (one kind): `datasets.load_dataset(builder,
+  data_files=..., streaming=True)` as `data_files.load_data_files` maps them for every command, a piece per file, its
+  column chosen as every command chooses it (`data_files.example_column`), its texts cut by the bounded readers;
 - a folder of images (each image a piece);
 - a folder saved by `datasets`' `save_to_disk` (its Arrow table memory-mapped, in up to `SAVED_DATASET_PIECES` pieces;
   `split` picks one of a `DatasetDict`);
