@@ -37,13 +37,19 @@ class FamilyLayout:
 
     `layers`: the `ModuleList` of encoder layers; `attention_input`: the module of each layer whose input is the
     attention input (LaPE adds its position embedding there); `text`: tokens form one row after the prefix (else a
-    patch grid of the image); `per_token_parts`: path parts of norms that see no token layout (cross-attention).
+    patch grid of the image); `per_token_parts`: path parts of norms that see no token layout (cross-attention);
+    `first_layer_norms`: norms outside the embeddings that run before the encoder and so count as the first layer's
+    (CLIP's `pre_layrnorm`), as the embeddings' norm does; `pooled_norms`: norms the stock model calls on one token
+    per example, `[batch, hidden]` (CLIP's `post_layernorm` on the pooled [CLS]), which hf-norms' norms see as a
+    sequence of that one prefix token.
     """
 
     layers: str
     attention_input: str
     text: bool
     per_token_parts: tuple[str, ...] = field(default=())
+    first_layer_norms: tuple[str, ...] = field(default=())
+    pooled_norms: tuple[str, ...] = field(default=())
 
 
 @dataclass
@@ -88,14 +94,16 @@ class NormContext:
         return TokenLayout(self.num_prefix_tokens, (side, side))
 
 
-def norm_position(name: str, layers_path: str, per_token_parts: tuple[str, ...]) -> tuple[int, bool]:
+def norm_position(name: str, family: FamilyLayout) -> tuple[int, bool]:
     """(encoder layer index for `build_norm`, whether the norm must work per token) of the norm at `name`, a path
-    below the base model: `layers_path.N....` is layer N, the embeddings' norm the first, any other the last."""
+    below the base model: `family.layers.N....` is layer N, the embeddings' norm and `family.first_layer_norms` the
+    first, any other the last."""
     parts = name.split(".")
-    per_token = any(part in parts for part in per_token_parts)
-    if name.startswith(layers_path + "."):
-        return int(name[len(layers_path) + 1 :].split(".")[0]), per_token
-    return (FIRST_LAYER if parts[0] == "embeddings" else LAST_LAYER), per_token
+    per_token = any(part in parts for part in family.per_token_parts)
+    if name.startswith(family.layers + "."):
+        return int(name[len(family.layers) + 1 :].split(".")[0]), per_token
+    first = parts[0] == "embeddings" or name in family.first_layer_norms
+    return (FIRST_LAYER if first else LAST_LAYER), per_token
 
 
 def stock_layer_norms(model: nn.Module, hidden_size: int) -> list[tuple[str, nn.LayerNorm]]:
@@ -119,16 +127,29 @@ def place_norms(model: nn.Module, family: FamilyLayout) -> NormContext:
         if base_name is None:  # a task head's norm sees no token layout
             index, per_token = LAST_LAYER, True
         else:
-            index, per_token = norm_position(base_name, family.layers, family.per_token_parts)
+            index, per_token = norm_position(base_name, family)
         norm = build_norm(
             config, config.num_prefix_tokens, layer_index=index, one_dimensional=family.text, per_token=per_token
         )
         norm.norm_context = context
+        if base_name in family.pooled_norms:
+            norm.register_forward_pre_hook(one_token_input)
+            norm.register_forward_hook(pooled_output)
         model.set_submodule(name, norm)
     base.register_forward_pre_hook(LayoutHook(base, context, getattr(config, "patch_size", None)), with_kwargs=True)
     if build_position_norm(config) is not None:
         place_position_norms(base, family, context)
     return context
+
+
+def one_token_input(module: nn.Module, args: tuple) -> tuple | None:
+    """Forward pre-hook of a pooled norm: its `[batch, hidden]` input as a sequence of one token."""
+    return (args[0].unsqueeze(1), *args[1:]) if args and args[0].dim() == 2 else None
+
+
+def pooled_output(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook of a pooled norm: the one-token sequence back to `[batch, hidden]`."""
+    return output.squeeze(1) if output.dim() == 3 and output.shape[1] == 1 else output
 
 
 def parameter_names(module: nn.Module) -> list[str]:
@@ -228,7 +249,7 @@ class InterpolateAndRecord:
 
 class AlwaysInterpolate:
     """Forward pre-hook of image embeddings whose `forward` reads the table directly unless asked to interpolate
-    (ViT, DeiT): asks, after the stock size check, so that every call goes through `interpolate_pos_encoding`, which
+    (ViT, DeiT, CLIP): asks, after the stock size check, so that every call goes through `interpolate_pos_encoding`, which
     returns the table itself at the trained size."""
 
     def __init__(self, embeddings: nn.Module):
@@ -239,8 +260,9 @@ class AlwaysInterpolate:
         if "interpolate_pos_encoding" not in self.names or call.get("interpolate_pos_encoding"):
             return None
         height, width = call["pixel_values"].shape[-2:]
-        expected = module.patch_embeddings.image_size
-        if (height, width) != tuple(expected):
+        expected = getattr(module, "patch_embeddings", module).image_size  # CLIP keeps an int on the embeddings
+        expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected, expected)
+        if (height, width) != expected:
             raise ValueError(f"Input image size ({height}*{width}) doesn't match model ({expected[0]}*{expected[1]}).")
         return args, {**kwargs, "interpolate_pos_encoding": True}
 
