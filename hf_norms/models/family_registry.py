@@ -10,6 +10,7 @@ Importing it imports the families' modeling code. Not part of the remote-code se
 from __future__ import annotations
 
 from .configuration_bert_norm import BertNormConfig
+from .configuration_clip_vision_norm import CLIPVisionNormConfig
 from .configuration_deit_norm import DeiTNormConfig
 from .configuration_dinov2_norm import Dinov2NormConfig
 from .configuration_roberta_norm import RobertaNormConfig
@@ -108,6 +109,21 @@ FAMILIES: dict[str, FamilySpec] = {
                 ),
             ),
             any_image_size=True,
+        ),
+        FamilySpec(
+            name="clipvision",
+            display_name="CLIP vision",
+            config_class=CLIPVisionNormConfig,
+            modality="image",
+            pre_ln=True,
+            task_heads={},  # transformers has no classification head on a CLIPVisionConfig
+            # post_layernorm reads the pooled [CLS] only, and feeds visual_projection: it stays unfolded
+            folding=FoldLayout(
+                attention_norm="layer_norm1",
+                mlp_norm="layer_norm2",
+                attention_readers=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                mlp_readers=("mlp.fc1",),
+            ),
         ),
     )
 }
