@@ -59,7 +59,11 @@ class Case:
 def family_heads() -> dict[str, type]:
     """Model type -> the head of the family's default fine-tuning task (a classification head with a loss), for every
     hf-norms family."""
-    return {family.model_type: MODEL_CLASSES[family.task_heads[family.default_task]] for family in FAMILIES.values()}
+    return {
+        family.model_type: MODEL_CLASSES[family.task_heads[family.default_task]]
+        for family in FAMILIES.values()
+        if family.default_task is not None
+    }
 
 
 def tiny_model(head: type, norm_type: str) -> nn.Module:

@@ -1,11 +1,12 @@
-"""hf-norms: DyT, Derf, DTN, SepNorm, LaPE and RMSNorm normalization for Hugging Face ViT, DeiT, DINOv2 and BERT.
+"""hf-norms: DyT, Derf, DTN, SepNorm, LaPE and RMSNorm normalization for Hugging Face transformers models.
 
-Importing the package registers the `vit_norm`, `deit_norm`, `dinov2_norm` and `bert_norm` model types with `AutoConfig`
-and every matching `AutoModel*` class, through their public `register` calls (`models.auto_registration`), so
+Importing the package registers the model type of every family in `models.family_registry` (`vit_norm`, `bert_norm`,
+...) with `AutoConfig` and every matching `AutoModel*` class, through their public `register` calls (`models.auto_registration`), so
 `AutoModel.from_pretrained("org/vit-dyt")` works, and, when peft is installed, their default PEFT target modules. This
 imports torch and transformers' modeling code. If registering fails, the import fails with one line saying why.
 
-The names below are the public API. The models' are imported with the package; those of the conversion and hub
+The names below are the public API, with every family's config and model classes (`FAMILY_CLASSES`). The models' are
+imported with the package; those of the conversion and hub
 subsystems (`convert`, `push_to_hub`) when first used, and so is every registered norm's layer class
 (`hf_norms.RMSNorm`).
 """
@@ -28,21 +29,6 @@ PUBLIC_MODULES = {
         "NORM_TYPES", "DynamicErf", "DynamicTanh", "DynamicTokenNorm", "LayerNorm", "PositionEmbeddingNorm", "SeparateNorm",
         "TokenLayout",
     ],
-    "models.configuration_bert_norm": ["BertNormConfig"],
-    "models.configuration_deit_norm": ["DeiTNormConfig"],
-    "models.configuration_dinov2_norm": ["Dinov2NormConfig"],
-    "models.configuration_vit_norm": ["ViTNormConfig"],
-    "models.modeling_bert_norm": [
-        "BertNormForMaskedLM", "BertNormForMultipleChoice", "BertNormForNextSentencePrediction",
-        "BertNormForPreTraining", "BertNormForQuestionAnswering", "BertNormForSequenceClassification",
-        "BertNormForTokenClassification", "BertNormLMHeadModel", "BertNormModel",
-    ],
-    "models.modeling_deit_norm": [
-        "DeiTNormForImageClassification", "DeiTNormForImageClassificationWithTeacher",
-        "DeiTNormForMaskedImageModeling", "DeiTNormModel",
-    ],
-    "models.modeling_dinov2_norm": ["Dinov2NormForImageClassification", "Dinov2NormModel"],
-    "models.modeling_vit_norm": ["ViTNormForImageClassification", "ViTNormForMaskedImageModeling", "ViTNormModel"],
     "models.auto_registration": ["register_auto_classes"],
     "models.peft_registration": ["register_peft_defaults"],
     "conversion.convert": ["convert", "convert_model"],
@@ -50,7 +36,6 @@ PUBLIC_MODULES = {
     "packaged": ["packaged"],
 }  # fmt: skip
 PUBLIC_NAMES = {name: module for module, names in PUBLIC_MODULES.items() for name in names}
-__all__ = sorted(PUBLIC_NAMES)
 
 
 def __getattr__(name: str):
@@ -67,7 +52,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*PUBLIC_NAMES, "VERSION", "__version__"})
+    return sorted({*__all__, "VERSION", "__version__"})
 
 
 def _push_model(model, repo_id: str, **options):
@@ -78,6 +63,7 @@ def _push_model(model, repo_id: str, **options):
 
 try:
     from .models.auto_registration import register_auto_classes as _register_auto_classes
+    from .models.family_registry import FAMILIES as _FAMILIES
     from .models.modeling_norm_utils import NormPreTrainedMixin as _NormPreTrainedMixin
     from .models.norm_registry import layer_class_named as _layer_class_named
     from .models.peft_registration import register_peft_defaults as _register_peft_defaults
@@ -90,3 +76,9 @@ except Exception as error:  # one line that says why, not a later TypeError abou
         f"{type(error).__name__}: {error}"
     ) from error
 _NormPreTrainedMixin.hub_publisher = _push_model
+
+# Every family's config and model classes (`hf_norms.BertNormConfig`, `hf_norms.ViTNormForImageClassification`, ...),
+# from the family registry, so that a family added there is public too.
+FAMILY_CLASSES = {cls.__name__: cls for spec in _FAMILIES.values() for cls in (spec.config_class, *spec.heads)}
+globals().update(FAMILY_CLASSES)
+__all__ = sorted({*PUBLIC_NAMES, *FAMILY_CLASSES})

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
 import os
 import shutil
@@ -42,10 +43,13 @@ from transformers import (
 )
 
 import hf_norms
-from hf_norms import BertNormConfig, DeiTNormConfig, Dinov2NormConfig, ViTNormConfig
 from hf_norms.demo import BLOCK_HF_NORMS
+from hf_norms.models.family_registry import FAMILIES
+from hf_norms.models.norm_registry import STOCK
 
 NORM_TYPES = sorted(hf_norms.NORM_TYPES)
+# the norms a LayerNorm checkpoint converts into exactly in every family (their function-preserving options)
+EXACT_TYPES = sorted(name for name, spec in hf_norms.NORM_TYPES.items() if spec.preserving_options and name != STOCK)
 IMAGE_SIZE, PATCH_SIZE, BATCH, SEQ_LEN, VOCAB = 32, 8, 2, 9, 101
 NUM_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
 # The `hf-norms` console script of this environment; it imports the hf_norms that PYTHONPATH or the install names.
@@ -74,27 +78,26 @@ def hub_online():
 
 
 def tiny_config(family: str, norm_type: str, **overrides):
-    """A 2-layer, 48-wide model of `family` ("vit", "deit", "dinov2", "bert") with `norm_type` norms and no dropout."""
-    common = dict(
-        norm_type=norm_type,
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=3,
-    )
-    common.update(overrides)
-    if family == "bert":
-        return BertNormConfig(vocab_size=VOCAB, max_position_embeddings=64, **common)
-    if family == "dinov2":  # DINOv2 sizes its MLP by mlp_ratio and takes any image size; LayerScale off 1
-        common.pop("intermediate_size")
-        return Dinov2NormConfig(
-            image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, mlp_ratio=2, layerscale_value=0.5, **common
-        )
-    vision = dict(image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, encoder_stride=PATCH_SIZE)
-    return (ViTNormConfig if family == "vit" else DeiTNormConfig)(**vision, **common)
+    """A 2-layer, 48-wide model of `family` (a name in `FAMILIES`) with `norm_type` norms and no dropout, sized from
+    its `FamilySpec`: a vocabulary for text, 32 x 32 images in 8 x 8 patches for images; the fields its config has
+    decide the rest (DINOv2 sizes its MLP by `mlp_ratio` and gets LayerScale off 1)."""
+    spec = FAMILIES[family]
+    defaults = spec.config_class()
+    wanted = dict(
+        norm_type=norm_type, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3,
+    )  # fmt: skip
+    if spec.modality == "text":
+        wanted.update(vocab_size=VOCAB, max_position_embeddings=64)
+    else:
+        wanted.update(image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, encoder_stride=PATCH_SIZE)
+    if hasattr(defaults, "mlp_ratio"):
+        wanted.pop("intermediate_size")
+        wanted.update(mlp_ratio=2)
+    if hasattr(defaults, "layerscale_value"):
+        wanted.update(layerscale_value=0.5)
+    wanted = {key: value for key, value in wanted.items() if hasattr(defaults, key)}
+    return spec.config_class(**{**wanted, **overrides})
 
 
 def image_inputs(config, with_labels: bool) -> dict:
@@ -163,43 +166,49 @@ def _text(labels=None):
     return lambda config, with_labels: text_inputs(config, with_labels, labels)
 
 
-HEAD_CASES = [
-    HeadCase("vit", "ViTNormModel", image_inputs, False),
-    HeadCase("vit", "ViTNormForImageClassification", image_inputs, True),
-    HeadCase("vit", "ViTNormForMaskedImageModeling", masked_image_inputs, True),
-    HeadCase("deit", "DeiTNormModel", image_inputs, False),
-    HeadCase("deit", "DeiTNormForImageClassification", image_inputs, True),
-    HeadCase("deit", "DeiTNormForImageClassificationWithTeacher", lambda c, w: image_inputs(c, False), False),
-    HeadCase("deit", "DeiTNormForMaskedImageModeling", masked_image_inputs, True),
-    HeadCase("dinov2", "Dinov2NormModel", image_inputs, False),
-    HeadCase("dinov2", "Dinov2NormForImageClassification", image_inputs, True),
-    HeadCase("bert", "BertNormModel", _text(), False),
-    HeadCase("bert", "BertNormForMaskedLM", _text(mlm_labels), True),
-    HeadCase("bert", "BertNormForSequenceClassification", _text(lambda: {"labels": torch.tensor([0, 2])}), True),
-    HeadCase("bert", "BertNormForTokenClassification", _text(token_labels), True),
-    HeadCase(
-        "bert",
-        "BertNormForQuestionAnswering",
-        _text(lambda: {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([3, 4])}),
-        True,
-        config_overrides=(("num_labels", 2),),
+# Each Auto class of a head -> its inputs with labels (the bare models' inputs follow their modality)
+HEAD_INPUTS = {
+    "AutoModelForImageClassification": image_inputs,
+    "AutoModelForMaskedImageModeling": masked_image_inputs,
+    "AutoModelForMaskedLM": _text(mlm_labels),
+    "AutoModelForCausalLM": _text(mlm_labels),
+    "AutoModelForSequenceClassification": _text(lambda: {"labels": torch.tensor([0, 2])}),
+    "AutoModelForTokenClassification": _text(token_labels),
+    "AutoModelForQuestionAnswering": _text(
+        lambda: {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([3, 4])}
     ),
-    HeadCase("bert", "BertNormForMultipleChoice", multiple_choice_inputs, True),
-    HeadCase("bert", "BertNormForNextSentencePrediction", _text(lambda: {"labels": torch.tensor([0, 1])}), True),
-    HeadCase(
-        "bert",
-        "BertNormForPreTraining",
-        _text(lambda: {**mlm_labels(), "next_sentence_label": torch.tensor([0, 1])}),
-        True,
-    ),
-    HeadCase("bert", "BertNormLMHeadModel", _text(mlm_labels), True),
-]
+    "AutoModelForMultipleChoice": multiple_choice_inputs,
+    "AutoModelForNextSentencePrediction": _text(lambda: {"labels": torch.tensor([0, 1])}),
+    "AutoModelForPreTraining": _text(lambda: {**mlm_labels(), "next_sentence_label": torch.tensor([0, 1])}),
+}
+
+
+def without_labels(make_inputs: Callable[..., dict]) -> Callable[..., dict]:
+    return lambda config, with_labels: make_inputs(config, False)
+
+
+def head_case(spec, head: type) -> HeadCase:
+    """The case of one head of a family: its inputs by its Auto class (a bare model's by its family's modality),
+    without labels where its `forward` takes none (DeiT's classifier with teacher)."""
+    takes = inspect.signature(head.forward).parameters
+    bare = image_inputs if spec.modality == "image" else _text()
+    make_inputs = HEAD_INPUTS.get(head._auto_class, bare)
+    has_loss = head._auto_class in HEAD_INPUTS and bool({"labels", "start_positions", "bool_masked_pos"} & set(takes))
+    overrides = (("num_labels", 2),) if head._auto_class == "AutoModelForQuestionAnswering" else ()
+    return HeadCase(
+        spec.name, head.__name__, make_inputs if has_loss else without_labels(make_inputs), has_loss, overrides
+    )
+
+
+# Every head of every family in the registry
+HEAD_CASES = [head_case(spec, head) for spec in FAMILIES.values() for head in spec.heads]
 
 
 def head_config(case: HeadCase, norm_type: str):
-    """The case's tiny config; the causal LM head runs as a decoder except with DTN, which refuses to be causal."""
+    """The case's tiny config; a causal LM head runs as a decoder except with norms that mix tokens (DTN), which
+    refuse to be causal."""
     overrides = {}
-    if case.class_name == "BertNormLMHeadModel" and norm_type != "dtn":
+    if case.model_class._auto_class == "AutoModelForCausalLM" and hf_norms.NORM_TYPES[norm_type].per_token:
         overrides["is_decoder"] = True
     return tiny_config(case.family, norm_type, **dict(case.config_overrides), **overrides)
 

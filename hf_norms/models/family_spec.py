@@ -64,7 +64,8 @@ class FamilySpec:
     - `modality`: what its inputs are (`text`: tokens in one row after the prefix; `image`: a patch grid).
     - `pre_ln`: each layer normalises its input (`x + f(norm(x))`), else its output (post-LN: `norm(x + f(x))`, where
       each norm's output is the residual stream, so nothing folds or centres).
-    - `task_heads`: `{fine-tuning task: head class name}` for `hf-norms finetune`, the first the default task.
+    - `task_heads`: `{fine-tuning task: head class name}` for `hf-norms finetune`, the first the default task (none
+      where transformers has no head of a task `finetune` runs for the family).
     - `pooler_option`: its bare model takes `add_pooling_layer`.
     - `folding`, `residual`: where norms fold and what writes the residual stream (pre-LN families; None otherwise).
     - `any_image_size`: it interpolates its position grid to every input size (a multiple of the patch size).
@@ -101,8 +102,9 @@ class FamilySpec:
         return self.stock_config_class.__name__.removesuffix("Config")
 
     @property
-    def default_task(self) -> str:
-        return next(iter(self.task_heads))
+    def default_task(self) -> str | None:
+        """The task `hf-norms finetune` runs unless told otherwise; None for a family it fine-tunes on no task."""
+        return next(iter(self.task_heads), None)
 
     @property
     def modeling_module(self) -> ModuleType:

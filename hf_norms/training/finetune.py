@@ -401,6 +401,11 @@ def family_and_task(model_args: ModelArguments, data_args: DataArguments) -> tup
         model_args.model_type or checkpoint_model_type(model_args.model_name_or_path, model_args.token)
     )
     task = data_args.task or family.default_task
+    if not family.task_heads:
+        raise FinetuneInputError(
+            f"hf-norms fine-tunes no task on {family.display_name}: transformers has no classification head for its "
+            f"config; fine-tune one of {sorted(name for name, spec in FAMILIES.items() if spec.task_heads)}."
+        )
     if task not in family.task_heads:
         runs_it = sorted(name for name, spec in FAMILIES.items() if task in spec.task_heads)
         raise FinetuneInputError(

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import HF_NORMS_SCRIPT, run_without_hf_norms
+from conftest import EXACT_TYPES, HF_NORMS_SCRIPT, run_without_hf_norms
 from PIL import Image
 from transformers import (
     AutoModel,
@@ -38,7 +38,6 @@ from hf_norms.conversion.report import REPORT_JSON, REPORT_MD, REPORT_PNG
 from hf_norms.hub.server import HubServer
 from hf_norms.output_folders import OutputFolderError
 
-EXACT_TYPES = ["sepnorm", "dtn", "lape"]
 STAGE_KEYS = {"max_abs_diff", "mean_cosine", "top1_agreement", "kl_divergence"}
 
 

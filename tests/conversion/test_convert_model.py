@@ -7,14 +7,12 @@ import logging
 
 import pytest
 import torch
-from conftest import HEAD_CASES, head_config, primary_output
+from conftest import EXACT_TYPES, HEAD_CASES, head_config, primary_output
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertModel
 
 import hf_norms
 from hf_norms.conversion.checkpoint_io import ConversionError
 from hf_norms.models.norms import function_preserving_options
-
-EXACT_TYPES = ["sepnorm", "dtn", "lape"]
 
 
 def outputs(model, inputs) -> torch.Tensor:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import run_without_hf_norms
+from conftest import EXACT_TYPES, run_without_hf_norms
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -20,12 +20,15 @@ from hf_norms.conversion.checkpoint_io import ConversionError, check_weights, re
 from hf_norms.conversion.convert import check_finite_weights, convert, convert_model, save_checkpoint
 from hf_norms.conversion.sharded import MappedWeights, pages_dropped_after_use
 from hf_norms.conversion.sources import inspect_source, load_teacher
+from hf_norms.models.norm_registry import STOCK
 
-EXACT_TYPES = ["sepnorm", "dtn", "lape", "layernorm"]
+EXACT_OR_STOCK = [*EXACT_TYPES, STOCK]
 SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_labels=3)
 CASES = [
-    *[("BertForMaskedLM", norm_type, torch.float32, "40KB") for norm_type in EXACT_TYPES],  # stored keys = runtime keys
-    *[("ViTForImageClassification", norm_type, torch.float32, "40KB") for norm_type in EXACT_TYPES],  # 4.x keys
+    *[
+        ("BertForMaskedLM", norm_type, torch.float32, "40KB") for norm_type in EXACT_OR_STOCK
+    ],  # stored keys = runtime keys
+    *[("ViTForImageClassification", norm_type, torch.float32, "40KB") for norm_type in EXACT_OR_STOCK],  # 4.x keys
     ("DeiTForImageClassificationWithTeacher", "sepnorm", torch.float32, "40KB"),
     ("Dinov2Model", "dtn", torch.float32, "40KB"),
     ("BertForSequenceClassification", "lape", torch.bfloat16, "20KB"),  # converted to float32, as from_pretrained does
