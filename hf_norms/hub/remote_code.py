@@ -5,7 +5,9 @@ files that a repo's JSON files name: an `auto_map` in any of them (config.json, 
 preprocessor_config.json, ...), a `custom_pipelines` entry, a module `type` in modules.json; a name may point at another
 repo (`org/repo--module.Class`). A push publishes code only when `custom_code` finds nothing else: every `.py` file
 uploaded byte-identical to the installed package's model file of its name (`PACKAGE_CODE`: what `save_pretrained`
-copies from `hf_norms/models/`), every name a `module.Class` of those files (or a `sentence_transformers.` class).
+copies from `hf_norms/models/`), `norm_layers.py` to the one it writes for the checkpoint's config (it names the files
+of the checkpoint's own norms: a push publishes those and its family's code, no other norm's), every name a
+`module.Class` of those files (or a `sentence_transformers.` class).
 Anything else is refused in one line naming the file, unless `allow_custom_code`; the card then names the files and
 says to load the repo with `trust_remote_code=False` (hf-norms' own code), never with `True`.
 """
@@ -16,16 +18,16 @@ import contextlib
 import importlib
 import json
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .. import models
+from ..models.checkpoint_norms import NORM_LAYERS_FILE, code_closure, norm_layers_source
 from ..models.family_registry import FAMILIES
+from ..models.norm_registry import NORM_TYPES
 from ..version import VERSION
 
 MODELS_FOLDER = Path(models.__file__).parent
-RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.(\w+)\s+import", re.MULTILINE)
 CODE_REFERENCE = re.compile(r"(\w+)\.\w+")
 
 
@@ -39,22 +41,12 @@ def family_code(model_type: str, model_class: type | None = None) -> tuple[dict[
     return auto_map, code_closure(target.split(".")[0] for target in auto_map.values())
 
 
-def code_closure(modules: Iterable[str]) -> set[str]:
-    """The package's `.py` files of `modules` (names in `hf_norms/models/`) and every file they reach by relative
-    imports: those `save_pretrained` copies."""
-    pending, seen = set(modules), set()
-    while pending:
-        name = pending.pop()
-        seen.add(name)
-        pending |= set(RELATIVE_IMPORT.findall((MODELS_FOLDER / f"{name}.py").read_text(encoding="utf-8"))) - seen
-    return {f"{name}.py" for name in seen}
-
-
 # the image processor a one-channel vision checkpoint saves (`GrayscaleImageProcessor`), with its own remote code
 PROCESSOR_MODULES = ("image_processing_norm",)
 PACKAGE_CODE = frozenset().union(
     *(family_code(family.model_type)[1] for family in FAMILIES.values()),
     code_closure(PROCESSOR_MODULES),
+    code_closure(spec.layer_module for spec in NORM_TYPES.values()),  # each checkpoint carries its own norms' files
 )
 
 
@@ -75,11 +67,23 @@ def custom_code(folder: Path, files: list[str]) -> dict[str, str]:
     for name in files:
         if name.endswith(".py") and name not in PACKAGE_CODE:
             found[name] = "is not one of hf-norms' model files"
-        elif name.endswith(".py") and (folder / name).read_bytes() != (MODELS_FOLDER / name).read_bytes():
+        elif name.endswith(".py") and (folder / name).read_bytes() != expected_code(folder, name):
             found[name] = f"differs from {name} of the installed hf-norms {VERSION} (edited, or saved by another one)"
         elif name.endswith(".json") and (foreign := [ref for ref in code_references(folder / name) if not ours(ref)]):
             found[name] = f"names code that is not hf-norms' own ({', '.join(map(str, foreign[:3]))})"
     return found
+
+
+def expected_code(folder: Path, name: str) -> bytes:
+    """The bytes hf-norms saves as `name`: the package's file, or for `norm_layers.py` the one `save_pretrained` writes
+    for the config in `folder` (that of a config.json that cannot be read is the stock model's)."""
+    if name != NORM_LAYERS_FILE:
+        return (MODELS_FOLDER / name).read_bytes()
+    try:
+        config = json.loads((folder / "config.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        config = {}
+    return norm_layers_source(config if isinstance(config, dict) else {}).encode()
 
 
 def code_references(path: Path) -> list[Any]:

@@ -21,6 +21,7 @@ from transformers.conversion_mapping import (
     register_checkpoint_conversion_mapping,
 )
 
+from .checkpoint_norms import write_norm_code
 from .held_notices import held_back, load_report_of
 from .layernorm_loading import layernorm_loading_options, replace_load_notices
 from .norm_options import NORM_OPTION_NAMES
@@ -181,8 +182,13 @@ class NormPreTrainedMixin:
         save_original_format: bool = False,
         **kwargs,
     ):
+        """transformers' `save_pretrained` with the family's full `auto_map` (it copies the family's code beside the
+        weights), then the files of the checkpoint's own norms (`write_norm_code`)."""
         self.config.auto_map = dict(self.family_auto_map)
-        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+        saved = super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+        if kwargs.get("is_main_process", True) and os.path.isdir(save_directory):  # transformers refuses a file
+            write_norm_code(save_directory, self.config.to_dict())
+        return saved
 
     def push_to_hub(self, repo_id: str, **options: Any) -> Any:
         """Publish the model with the hf-norms card (`hub_publisher`), else as transformers does; `options` are

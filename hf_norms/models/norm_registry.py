@@ -2,9 +2,10 @@
 
 A norm is its layer file (`norm_<name>.py`) plus one entry here; everything else (the config fields, building the
 models, converting, calibrating, folding, training, the command line's choices, the model cards) reads this registry.
-Each entry's `layer` function imports its layer class when first called, so this module imports neither torch nor
-transformers (the command line reads the names from here), and transformers, which follows relative imports when it
-copies the model set next to a checkpoint for `trust_remote_code`, copies every layer file.
+Each entry names its layer file and class, which `NormSpec.layer()` imports by name when first called, so this module
+imports neither torch nor transformers (the command line reads the names from here), and no static relative import
+(which transformers follows when it copies and fetches remote code) reaches every norm's file: a checkpoint carries
+only its own norms' files (`checkpoint_norms.py`).
 """
 
 from __future__ import annotations
@@ -42,42 +43,6 @@ def statistics_free_caveats(name: str):
         return items
 
     return caveats
-
-
-def _layernorm():
-    from .norm_layernorm import LayerNorm
-
-    return LayerNorm
-
-
-def _dyt():
-    from .norm_dyt import DynamicTanh
-
-    return DynamicTanh
-
-
-def _derf():
-    from .norm_derf import DynamicErf
-
-    return DynamicErf
-
-
-def _dtn():
-    from .norm_dtn import DynamicTokenNorm
-
-    return DynamicTokenNorm
-
-
-def _sepnorm():
-    from .norm_sepnorm import SeparateNorm
-
-    return SeparateNorm
-
-
-def _rmsnorm():
-    from .norm_rmsnorm import RMSNorm
-
-    return RMSNorm
 
 
 def _dtn_caveats(options, family, untrained):
@@ -126,7 +91,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     STOCK: NormSpec(
         name=STOCK,
         short_name="LayerNorm",
-        layer=_layernorm,
+        layer_module="norm_layernorm",
+        layer_class="LayerNorm",
         text=CardText(
             title="LayerNorm",
             headline="with its stock LayerNorms",
@@ -138,7 +104,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     "dyt": NormSpec(
         name="dyt",
         short_name="DyT",
-        layer=_dyt,
+        layer_module="norm_dyt",
+        layer_class="DynamicTanh",
         text=CardText(
             title="Dynamic Tanh (DyT)",
             headline="with **Dynamic Tanh (DyT)** in place of its LayerNorms",
@@ -176,7 +143,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     "derf": NormSpec(
         name="derf",
         short_name="Derf",
-        layer=_derf,
+        layer_module="norm_derf",
+        layer_class="DynamicErf",
         text=CardText(
             title="Dynamic erf (Derf)",
             headline="with **Dynamic erf (Derf)** in place of its LayerNorms",
@@ -227,7 +195,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     "dtn": NormSpec(
         name="dtn",
         short_name="DTN",
-        layer=_dtn,
+        layer_module="norm_dtn",
+        layer_class="DynamicTokenNorm",
         text=CardText(
             title="Dynamic Token Normalization (DTN)",
             headline="with **Dynamic Token Normalization (DTN)** in place of its LayerNorms",
@@ -289,7 +258,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     "sepnorm": NormSpec(
         name="sepnorm",
         short_name="SepNorm",
-        layer=_sepnorm,
+        layer_module="norm_sepnorm",
+        layer_class="SeparateNorm",
         whole_sequence=True,
         text=CardText(
             title="SepNorm",
@@ -334,7 +304,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     "lape": NormSpec(
         name="lape",
         short_name="LaPE",
-        layer=_layernorm,
+        layer_module="norm_layernorm",
+        layer_class="LayerNorm",
         text=CardText(
             title="LaPE (layer-adaptive position embedding)",
             headline="with **LaPE**: its position embedding normalized by its own LayerNorm in every layer",
@@ -397,7 +368,8 @@ NORM_TYPES: dict[str, NormSpec] = {
     "rmsnorm": NormSpec(
         name="rmsnorm",
         short_name="RMSNorm",
-        layer=_rmsnorm,
+        layer_module="norm_rmsnorm",
+        layer_class="RMSNorm",
         text=CardText(
             title="RMSNorm",
             headline="with **RMSNorm** in place of its LayerNorms",
@@ -480,6 +452,6 @@ def layer_class_named(name: str) -> type:
     """The layer class called `name` of a norm in the registry (`RMSNorm`, ...); AttributeError for any other name, as
     a module attribute lookup raises."""
     for spec in NORM_TYPES.values():
-        if spec.layer().__name__ == name:
+        if spec.layer_class == name:
             return spec.layer()
     raise AttributeError(f"module 'hf_norms' has no attribute {name!r}")

@@ -1,11 +1,13 @@
 """What the registry (`norm_registry.py`) says about each norm_type: `NormSpec`, with its config `Option`s, its `Paper`
 and the `CardText` a model card explains it with.
 
-Imports neither torch nor transformers. Copied next to a saved checkpoint for `trust_remote_code`.
+Imports neither torch nor transformers (a norm's layer file is imported by name when its layer is first built).
+Copied next to a saved checkpoint for `trust_remote_code`.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -100,7 +102,8 @@ class CardText:
 class NormSpec:
     """One `norm_type`: everything hf-norms knows about it.
 
-    - `layer()`: its layer class (imported when called), built from a config by `layer().from_config(config,
+    - `layer_module`, `layer_class`: its layer file (`norm_dyt` for `norm_dyt.py`, beside this file) and class;
+      `layer()` imports that class, built from a config by `layer().from_config(config,
       hidden_size, num_prefix_tokens, one_dimensional)`; the layer takes `[batch, seq_len, hidden]` and an optional
       `TokenLayout` and returns the same shape; its affine parameters are `weight` and `bias`, as LayerNorm's.
     - `options`: the config fields it adds, with defaults and checks.
@@ -127,7 +130,8 @@ class NormSpec:
 
     name: str
     short_name: str
-    layer: Callable[[], type]
+    layer_module: str
+    layer_class: str
     text: CardText
     paper: Paper | None = None
     options: tuple[Option, ...] = ()
@@ -151,6 +155,21 @@ class NormSpec:
     def centres(self, family: Any) -> bool:
         """Whether a conversion to it centres the residual stream of a `family` (a `FamilySpec`) model to be exact."""
         return self.exact_when_centred and family.residual is not None
+
+    def layer(self) -> type:
+        """The layer class, imported from `layer_module` by name: no static import reaches every norm's file, so a
+        checkpoint's remote code carries only its own norms' files (`checkpoint_norms.py`). A file it does not carry
+        (another norm_type asked of a remote-code checkpoint) is one line that says what to do."""
+        try:
+            module = importlib.import_module(f".{self.layer_module}", __package__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__package__}.{self.layer_module}":
+                raise
+            raise ModuleNotFoundError(
+                f"norm_type={self.name!r} needs {self.layer_module}.py, which this checkpoint's remote code does not "
+                f"carry: load it with hf_norms installed (`import hf_norms`, without trust_remote_code)."
+            ) from None
+        return getattr(module, self.layer_class)
 
     def converts_exactly(self, family: Any, options: Mapping[str, Any]) -> bool:
         """Whether a conversion of a `family` (a `FamilySpec`) LayerNorm checkpoint with these option values computes

@@ -19,13 +19,9 @@ from typing import Any
 
 from torch import nn
 
-from .norm_derf import DynamicErf
-from .norm_dtn import DynamicTokenNorm
-from .norm_dyt import DynamicTanh
 from .norm_lape import PositionEmbeddingNorm, lape_position_embeddings
-from .norm_layernorm import LayerNorm
-from .norm_registry import NORM_NAMES, NORM_TYPES, STOCK, unknown_norm_type
-from .norm_sepnorm import SeparateNorm
+from .norm_layers import LAYER_MODULES  # noqa: F401  # a checkpoint's own norms' files, for remote code to fetch
+from .norm_registry import NORM_NAMES, NORM_TYPES, STOCK, layer_class_named, unknown_norm_type
 from .norm_spec import NormSpec
 from .token_layout import TokenLayout
 
@@ -33,13 +29,8 @@ __all__ = [
     "NORM_NAMES",
     "NORM_TYPES",
     "STOCK",
-    "DynamicErf",
-    "DynamicTanh",
-    "DynamicTokenNorm",
-    "LayerNorm",
     "NormSpec",
     "PositionEmbeddingNorm",
-    "SeparateNorm",
     "TokenLayout",
     "build_norm",
     "build_position_norm",
@@ -57,6 +48,11 @@ __all__ = [
 # task head's norm) count as the last layer's, BERT's embedding norm as the first layer's.
 FIRST_LAYER = 0
 LAST_LAYER = -1
+
+
+def __getattr__(name: str) -> type:
+    """A registered norm's layer class by its name (`DynamicTanh`), imported from its file when first asked for."""
+    return layer_class_named(name)
 
 
 def norm_spec(norm_type: str) -> NormSpec:

