@@ -52,7 +52,6 @@ from .data import SPECIAL_TOKENS_MASK, Examples, check_text_column, image_files,
 from .data_files import (
     FILE_BUILDERS,
     FORMATS,
-    STRING_DTYPES,
     example_column,
     file_builder,
     is_saved_dataset,
@@ -187,9 +186,6 @@ def _local_stream(path: Path, source: DataSource, modality: str, held_out: HeldO
     kind = kinds.pop()
     if kind != "parquet" and modality == "image":
         raise ConversionError(f"{path} holds texts, but this model takes images: give images, or a Parquet column.")
-    if kind == "datasets":  # .csv, .tsv, .json: `datasets.load_dataset`'s stream, a shard per file
-        dataset = load_data_files(files, ConversionError, streaming=True)
-        return _datasets_stream(dataset, str(path), str(path), modality, source.column)
     column = _file_column(files[0], kind, modality, source.column)
     pieces = [piece for file in files for piece in _file_pieces(file, kind, column, processes)]
     size = sum(_parquet_rows(file) for file in files) if kind == "parquet" else None
@@ -197,11 +193,18 @@ def _local_stream(path: Path, source: DataSource, modality: str, held_out: HeldO
 
 
 def _file_column(file: Path, kind: str, modality: str, column: str | None) -> str | None:
-    """The column read from a JSONL or Parquet file (checked against its schema, or its first JSON object)."""
+    """The column read from a JSONL, Parquet, CSV, TSV or JSON file (checked against its schema, or its first JSON
+    object or row)."""
     import datasets
 
     if kind == "text":
         return None
+    if kind == "datasets":
+        first = next(_data_file_rows(file), None)
+        if first is None:
+            raise ConversionError(f"{file} holds no {modality} examples to heal on.")
+        features = {name: datasets.Value("string" if isinstance(v, str) else "null") for name, v in first.items()}
+        return example_column(features, modality, str(file), column, ConversionError)
     if kind == "parquet":
         import pyarrow.parquet as pq
 
@@ -227,7 +230,10 @@ def _holds_images(feature: Any) -> bool:
 
 
 def _file_pieces(file: Path, kind: str, column: str | None, processes: int) -> list[tuple]:
-    """`(kind, path, begin, end, column)` pieces of one file: byte ranges (text, JSONL) or row groups (Parquet)."""
+    """`(kind, path, begin, end, column)` pieces of one file: byte ranges (text, JSONL), row groups (Parquet) or the
+    whole file (CSV, TSV, JSON, read by `datasets`)."""
+    if kind == "datasets":
+        return [(kind, str(file), 0, 0, column)]
     if kind == "parquet":
         import pyarrow.parquet as pq
 
@@ -259,6 +265,8 @@ def _read_pieces(pieces: list[tuple]) -> Iterator[dict[str, Any]]:
             yield {"item": load_image(Path(path), Path(path).parent)}
         elif kind == "parquet":
             yield from ({"item": item} for item in _parquet_items(Path(path), begin, column))
+        elif kind == "datasets":
+            yield from ({"item": item} for item in _data_file_texts(Path(path), column))
         elif kind == "text":  # as `data.load_examples` reads a .txt file
             yield from ({"item": text} for text in text_lines(Path(path), begin, end))
         else:
@@ -277,6 +285,35 @@ def _json_text(path: str, offset: int, line: str, column: str) -> str:
     if not isinstance(value, str):
         raise ConversionError(f"{path}: {column!r} at byte {offset} is a {type(value).__name__}, not a text.")
     return value
+
+
+def _data_file_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a CSV, TSV or JSON file, streamed by `datasets.load_dataset` (`data_files.load_data_files`); a part
+    that does not read, wherever it lies in the file, is one line."""
+    import datasets
+
+    rows = iter(load_data_files([path], ConversionError, streaming=True))
+    while True:
+        try:
+            row = next(rows, None)
+        except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as error:
+            problem = one_line(error)
+            raise ConversionError(
+                f"Cannot read {path} as a {file_builder(path)} file ({problem}); check its contents."
+            ) from None
+        if row is None:
+            return
+        yield row
+
+
+def _data_file_texts(path: Path, column: str) -> Iterator[str]:
+    """The non-empty texts of `column` of a CSV, TSV or JSON file, cut into windows (`readers.cut_text`)."""
+    for number, row in enumerate(_data_file_rows(path)):
+        value = row.get(column)
+        if value is not None and not isinstance(value, str):
+            raise ConversionError(f"{path}: {column!r} of row {number} is a {type(value).__name__}, not a text.")
+        if value and value.strip():
+            yield from cut_text(value)
 
 
 def _parquet_items(path: Path, group: int, column: str) -> Iterator[Any]:
@@ -322,36 +359,16 @@ def _hub_stream(source: DataSource, modality: str, token: Any) -> Stream:
     description = f"{source.data}" + (f" ({source.config})" if source.config else "") + f", split {split}"
     try:
         dataset = datasets.load_dataset(str(source.data), name=source.config, split=split, streaming=True, token=token)
-    except (OSError, ValueError, FileNotFoundError) as error:
+        features = dataset.features or datasets.Features(
+            {name: datasets.Value("string") if isinstance(value, str) else datasets.Image() for name, value in
+             next(iter(dataset)).items() if isinstance(value, str) or hasattr(value, "convert")}
+        )  # fmt: skip
+    except (OSError, ValueError, FileNotFoundError, StopIteration) as error:
         raise ConversionError(f"Hub dataset {description}: {one_line(error)}") from None
+    column = example_column(features, modality, f"Hub dataset {description}", source.column, ConversionError)
+    dataset = _bounded(dataset.select_columns([column]).rename_column(column, "item"), modality, description)
     split_info = (dataset.info.splits or {}).get(split)
-    size = getattr(split_info, "num_examples", None) or None
-    return _datasets_stream(dataset, description, f"Hub dataset {description}", modality, source.column, size)
-
-
-def _datasets_stream(dataset, description: str, where: str, modality: str, column: str | None,
-                     size: int | None = None) -> Stream:  # fmt: skip
-    """The `Stream` of a `datasets.load_dataset(..., streaming=True)` stream (a Hub dataset, local .csv/.tsv/.json
-    files): its example column (`data_files.example_column`, from its features or, without them, its first row),
-    read through the bounded readers."""
-    import datasets
-
-    try:
-        first = next(iter(dataset), None) if dataset.features is None else None
-    except (OSError, ValueError, datasets.exceptions.DatasetGenerationError) as error:  # not its format
-        raise ConversionError(f"Cannot read {where} ({one_line(error)}); check its contents.") from None
-    if dataset.features is None and first is None:
-        raise ConversionError(f"{description} holds no {modality} examples to heal on.")
-    features = dataset.features or datasets.Features(
-        {name: datasets.Value("string") if isinstance(value, str) else datasets.Image() if hasattr(value, "convert")
-         else datasets.Value("null") for name, value in first.items()}
-    )  # fmt: skip
-    column = example_column(features, modality, where, column, ConversionError)
-    feature = features[column]
-    if modality == "text" and not (isinstance(feature, datasets.Value) and feature.dtype in STRING_DTYPES):
-        raise ConversionError(f"{where} must hold texts (str) for a text model (its {column!r} holds {feature}).")
-    stream = _bounded(dataset.select_columns([column]).rename_column(column, "item"), modality, description)
-    return Stream(stream, description, modality, size)
+    return Stream(dataset, description, modality, getattr(split_info, "num_examples", None) or None)
 
 
 def _bounded(stream, modality: str, description: str):

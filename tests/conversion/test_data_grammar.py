@@ -65,6 +65,26 @@ def test_a_folder_of_csv_files_streams_one_shard_per_file(tmp_path):
     assert [example["item"] for example in stream.dataset] == first + second and stream.dataset.n_shards == 2
 
 
+def test_a_csv_that_stops_reading_midway_or_holds_no_rows_is_one_line(tmp_path):
+    """A row that does not parse stops the stream with one line naming the file (it was pandas' ParserError): when
+    opened, where it lies in the first 10,000 rows (pandas' first chunk), else when the stream reaches it; a CSV of a
+    header alone holds no examples."""
+    rows = [f"title {i},article {i} about markets" for i in range(10_050)]
+    path = tmp_path / "long.csv"
+    path.write_text("title,body\n" + "\n".join(rows) + '\na,"b",c,d\n')
+    stream = open_stream(DataSource(path, column="body"), "text")
+    assert stream.first(3).items == [f"article {i} about markets" for i in range(3)]
+    expected = rf"^Cannot read {path} as a csv file \(.*Expected 2 fields in line 10052, saw 4\); check its contents\.$"
+    with pytest.raises(healing.ConversionError, match=expected):
+        [example["item"] for example in stream.dataset]
+    path.write_text("title,body\n" + "\n".join(rows[:20]) + '\na,"b",c,d\n')
+    with pytest.raises(healing.ConversionError, match=r"^Cannot read .*long\.csv as a csv file \(.*saw 4\)"):
+        open_stream(DataSource(path, column="body"), "text")
+    (tmp_path / "header.csv").write_text("title,body\n")
+    with pytest.raises(healing.ConversionError, match=r"header\.csv holds no text examples to heal on\.$"):
+        open_stream(DataSource(tmp_path / "header.csv"), "text")
+
+
 @pytest.mark.parametrize(("kind", "spelling"), [(".csv", "--text_column"), (".json", "--text-column")])
 def test_heal_on_a_csv_or_json_file_names_its_column_in_either_spelling(kind, spelling, tiny_bert_dtn, tmp_path,
                                                                         capsys):  # fmt: skip
