@@ -111,7 +111,7 @@ class ConversionOptions:
     )
     evaluation_samples: int = option("evaluation examples", 64, aliases=["--eval-samples", "--eval_samples"])
     ood_evaluation_data: str | None = option(
-        "out-of-domain evaluation data: .txt file, image folder, saved dataset, or `packaged` (Python documentation "
+        "out-of-domain evaluation data: what --calibration-data takes, or `packaged` (Python documentation "
         "paragraphs / scikit-learn digits)",
         aliases=["--ood-eval-data", "--ood_eval_data"],
     )

@@ -1,7 +1,8 @@
 """Datasets for fine-tuning: where they come from, the checks they must pass before training, and batch preparation.
 
 Sources (`load_dataset_source`): a `datasets` dataset saved with `save_to_disk`, an imagefolder (one sub-folder per
-class), a CSV / JSON / Parquet file, a Hub dataset id, or one of the real datasets that ship in packages
+class), a .txt, .csv, .tsv, .json, .jsonl or .parquet file (`conversion.data_files`, the grammar of every command's
+data), a Hub dataset id, or one of the real datasets that ship in packages
 (`packaged:fashion-mnist`, `packaged:bbc-news`; see `hf_norms.packaged`).
 
 Every check that can fail on the data runs in `validate_...` before the Trainer starts: missing columns, labels that are
