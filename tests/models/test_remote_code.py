@@ -186,3 +186,20 @@ def test_pipelines_with_trust_remote_code_without_hf_norms(pipeline_checkpoints)
     result = json.loads(run_without_hf_norms(code, pipeline_checkpoints).strip().splitlines()[-1])
     assert result["image"] == ["DeiTNormForImageClassification", 3]
     assert result["text"][0] == "BertNormForMaskedLM" and len(result["text"][1]) == 2
+
+
+def test_another_norm_type_asked_of_remote_code_is_one_line(saved_checkpoints):
+    """A DyT checkpoint's remote code carries no DTN file: asking it for `norm_type="dtn"` says what to do."""
+    root, entries = saved_checkpoints
+    folder = next(e["folder"] for e in entries if e["folder"].endswith("ViTNormForImageClassification-dyt"))
+    code = f"""
+        import transformers
+        try:
+            transformers.AutoModel.from_pretrained({folder!r}, trust_remote_code=True, norm_type="dtn")
+        except ModuleNotFoundError as error:
+            print(str(error))
+    """
+    assert run_without_hf_norms(code, root).strip().splitlines()[-1] == (
+        "norm_type='dtn' needs norm_dtn.py, which this checkpoint's remote code does not carry: load it with hf_norms "
+        "installed (`import hf_norms`, without trust_remote_code)."
+    )
