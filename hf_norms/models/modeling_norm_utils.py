@@ -31,6 +31,8 @@ from .norms import build_position_norm, init_norm_parameters
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+# `save_pretrained(..., push_to_hub=True)` keywords that say where and how to publish
+PUSH_OPTIONS = ("repo_id", "commit_message", "create_pr", "private", "token")
 
 
 def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
@@ -180,14 +182,21 @@ class NormPreTrainedMixin:
         save_directory: str | os.PathLike,
         *args,
         save_original_format: bool = False,
+        push_to_hub: bool = False,
         **kwargs,
     ):
         """transformers' `save_pretrained` with the family's full `auto_map` (it copies the family's code beside the
-        weights), then the files of the checkpoint's own norms (`write_norm_code`)."""
+        weights), then the files of the checkpoint's own norms (`write_norm_code`). With `push_to_hub=True` the folder
+        is published once it is whole, by `push_to_hub` (to `repo_id`, else the folder's name): transformers' own
+        upload would run before the norms' files are written."""
         self.config.auto_map = dict(self.family_auto_map)
+        hub_options = {key: kwargs.pop(key) for key in PUSH_OPTIONS if push_to_hub and key in kwargs}
         saved = super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
         if kwargs.get("is_main_process", True) and os.path.isdir(save_directory):  # transformers refuses a file
             write_norm_code(save_directory, self.config.to_dict())
+            if push_to_hub:
+                repo_id = hub_options.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
+                self.push_to_hub(repo_id, **hub_options)
         return saved
 
     def push_to_hub(self, repo_id: str, **options: Any) -> Any:

@@ -5,6 +5,7 @@ imported, and push refuses a `norm_layers.py` that is not the one hf-norms write
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -114,3 +115,20 @@ def test_an_edited_norm_layers_file_is_refused(
     assert line.startswith("hf-norms push: error: ")
     assert "norm_layers.py differs from norm_layers.py of the installed hf-norms" in line, line
     assert not api.repo_exists("org/edited-norm-code") and snapshot(folder) == before
+
+
+def test_save_pretrained_with_push_to_hub_publishes_the_norms_files(
+    dyt_checkpoint: Path, hub: HubServer, api: HfApi, tmp_path: Path
+) -> None:
+    """`save_pretrained(folder, push_to_hub=True)` (in a fresh process pointed at the loopback Hub) publishes what the
+    folder then holds, the norms' files included: transformers' own upload would run before they are written."""
+    code = f"""
+import hf_norms
+model = hf_norms.ViTNormForImageClassification.from_pretrained({str(dyt_checkpoint)!r})
+model.save_pretrained({str(tmp_path / "saved")!r}, push_to_hub=True, repo_id="org/saved-and-pushed")
+"""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), **hub.client_env(TOKEN)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert {name for name in os.listdir(tmp_path / "saved") if name.endswith(".py")} == VIT_DYT_FILES
+    assert {name for name in api.list_repo_files("org/saved-and-pushed") if name.endswith(".py")} == VIT_DYT_FILES
