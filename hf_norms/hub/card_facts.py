@@ -190,7 +190,8 @@ def weight_names(folder: Path) -> set[str]:
 
 def saved_without_pooler(folder: Path, architecture: str) -> bool:
     """A bare `*NormModel` whose weights have no pooler: it loads cleanly only with `add_pooling_layer=False`."""
-    if architecture.startswith("Dinov2"):  # DINOv2 has no pooler at all (its pooler output is the final [CLS] state)
+    family = family_of(MODEL_CLASSES[architecture].config_class.model_type) if architecture in MODEL_CLASSES else None
+    if family is None or not family.pooler_option:  # DINOv2, CLIP: no pooler at all (`pooler_option`)
         return False
     names = weight_names(folder)
     return head_of(architecture)[0] == "AutoModel" and bool(names) and not any("pooler." in name for name in names)
