@@ -13,6 +13,7 @@ import torch
 from tftests.test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask
 
 import hf_norms
+from hf_norms.models.configuration_roberta_norm import RobertaNormConfig
 from hf_norms.models.family_registry import MODEL_CLASSES
 from hf_norms.models.norm_registry import NORM_TYPES
 
@@ -44,7 +45,7 @@ class VisionTester:
 
 
 class TextTester:
-    """BERT: 7 tokens ([CLS] and a row of 6), padded at random."""
+    """BERT, RoBERTa: 7 tokens ([CLS] or <s> and a row of 6), padded at random."""
 
     def __init__(self, parent, config_class, norm_type: str, num_prefix_tokens: int):
         self.parent, self.config_class, self.norm_type = parent, config_class, norm_type
@@ -67,7 +68,8 @@ class TextTester:
         )  # fmt: skip (two labels, the default: the question-answering head reads start and end logits)
 
     def prepare_config_and_inputs_for_common(self):
-        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        # ordinary tokens only: RoBERTa numbers positions by its pad id (1), which stock RoBERTa sees as padding
+        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size - 3) + 3
         inputs = {
             "input_ids": input_ids,
             "token_type_ids": ids_tensor([self.batch_size, self.seq_length], 16),
@@ -81,6 +83,7 @@ FAMILIES = {
     "DeiT": (hf_norms.DeiTNormConfig, VisionTester),
     "Dinov2": (hf_norms.Dinov2NormConfig, VisionTester),
     "Bert": (hf_norms.BertNormConfig, TextTester),
+    "Roberta": (RobertaNormConfig, TextTester),
 }
 # test name prefix -> (the norm types whose mathematics or design breaks its assumption, why)
 SKIPS: dict[str, tuple[frozenset[str], str]] = {
