@@ -15,6 +15,7 @@ from tftests.test_modeling_common import ModelTesterMixin, floats_tensor, ids_te
 import hf_norms
 from hf_norms.models.configuration_roberta_norm import RobertaNormConfig
 from hf_norms.models.family_registry import MODEL_CLASSES
+from hf_norms.models.modeling_clip_vision_norm import CLIPVisionNormModelWithProjection
 from hf_norms.models.norm_registry import NORM_TYPES
 
 
@@ -82,6 +83,7 @@ FAMILIES = {
     "ViT": (hf_norms.ViTNormConfig, VisionTester),
     "DeiT": (hf_norms.DeiTNormConfig, VisionTester),
     "Dinov2": (hf_norms.Dinov2NormConfig, VisionTester),
+    "CLIPVision": (hf_norms.CLIPVisionNormConfig, VisionTester),
     "Bert": (hf_norms.BertNormConfig, TextTester),
     "Roberta": (RobertaNormConfig, TextTester),
 }
@@ -144,6 +146,19 @@ def without_the_teacher(method_name: str):
     return run
 
 
+def without_the_projection(method_name: str):
+    """transformers' `method_name` on CLIP vision's classes but `CLIPVisionNormModelWithProjection`, which returns no
+    loss to train on (tests/models/test_family_clip_vision.py trains it on its outputs)."""
+
+    def run(self, *args, **kwargs):
+        self.all_model_classes = tuple(
+            c for c in type(self).all_model_classes if c is not CLIPVisionNormModelWithProjection
+        )
+        return getattr(ModelTesterMixin, method_name)(self, *args, **kwargs)
+
+    return run
+
+
 def make_test_class(family: str, norm_type: str) -> type:
     config_class, tester_class = FAMILIES[family]
     classes = tuple(c for c in MODEL_CLASSES.values() if c.config_class is config_class)
@@ -168,6 +183,10 @@ def make_test_class(family: str, norm_type: str) -> type:
         namespace["all_generative_model_classes"] = ()
     if family == "Dinov2":  # its mask token is used only with `bool_masked_pos`, as in the stock model
         namespace["test_all_params_have_gradient"] = False
+    if family == "CLIPVision":  # its projection head has no Auto class (none in transformers either) and no loss
+        namespace["all_model_classes"] = (*classes, CLIPVisionNormModelWithProjection)
+        for method_name in ("test_training", "check_training_gradient_checkpointing"):
+            namespace[method_name] = without_the_projection(method_name)
     if family == "DeiT":
         for method_name in ("test_training", "test_problem_types", "check_training_gradient_checkpointing"):
             namespace[method_name] = without_the_teacher(method_name)
