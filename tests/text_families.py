@@ -29,11 +29,13 @@ HEAD_SUFFIXES = (
 
 @dataclass(frozen=True)
 class TextFamily:
-    """A family under test: its hf-norms name, its stock class prefix and the tokenizer class of its checkpoints."""
+    """A family under test: its name in the registry, its stock class prefix, the tokenizer class of its checkpoints
+    and the part of its model files' names (`modeling_<module>_norm.py`)."""
 
     name: str
     prefix: str
     tokenizer_class: str
+    module: str
 
     def stock_class(self, suffix: str) -> type:
         return getattr(transformers, f"{self.prefix}{suffix}")
@@ -73,8 +75,8 @@ class TextFamily:
         return folder
 
 
-ROBERTA = TextFamily("roberta", "Roberta", "RobertaTokenizer")
-XLM_ROBERTA = TextFamily("xlm_roberta", "XLMRoberta", "XLMRobertaTokenizer")
+ROBERTA = TextFamily("roberta", "Roberta", "RobertaTokenizer", "roberta")
+XLM_ROBERTA = TextFamily("xlmroberta", "XLMRoberta", "XLMRobertaTokenizer", "xlm_roberta")
 
 
 def head_overrides(suffix: str, decoder: bool = True) -> dict:

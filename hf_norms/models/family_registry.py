@@ -15,6 +15,7 @@ from .configuration_deit_norm import DeiTNormConfig
 from .configuration_dinov2_norm import Dinov2NormConfig
 from .configuration_roberta_norm import RobertaNormConfig
 from .configuration_vit_norm import ViTNormConfig
+from .configuration_xlm_roberta_norm import XLMRobertaNormConfig
 from .family_spec import FamilySpec, FoldLayout, ResidualWrites
 
 # ViT and DeiT: what their layers call their norms and the Linears that read them
@@ -80,6 +81,18 @@ FAMILIES: dict[str, FamilySpec] = {
             task_heads={
                 "text-classification": "RobertaNormForSequenceClassification",
                 "masked-lm": "RobertaNormForMaskedLM",
+            },
+            pooler_option=True,
+        ),
+        FamilySpec(
+            name="xlmroberta",
+            display_name="XLM-RoBERTa",
+            config_class=XLMRobertaNormConfig,
+            modality="text",
+            pre_ln=False,
+            task_heads={
+                "text-classification": "XLMRobertaNormForSequenceClassification",
+                "masked-lm": "XLMRobertaNormForMaskedLM",
             },
             pooler_option=True,
         ),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from text_families import ROBERTA, TextFamily, news_lines, padded_batch
+from text_families import ROBERTA, XLM_ROBERTA, TextFamily, news_lines, padded_batch
 from transformers import TrainingArguments
 
 from hf_norms import cli
@@ -26,7 +26,7 @@ from hf_norms.models.family_registry import FAMILIES
 from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
 
 TOKEN = "hf_text-families-secret-4721"
-TEXT_FAMILIES = [ROBERTA]
+TEXT_FAMILIES = [ROBERTA, XLM_ROBERTA]
 
 pytestmark = pytest.mark.usefixtures("hub_online")
 
@@ -77,12 +77,12 @@ def test_convert_push_and_load_by_id(family: TextFamily, hub, api, monkeypatch, 
     assert report["family"] == family.name and report["exact"] is True
     assert report["architecture"] == family.norm_class_name("ForMaskedLM")
     assert report["stages"]["exact"]["end_to_end"]["max_abs_diff"] <= 1e-5
-    assert {f"configuration_{family.name}_norm.py", f"modeling_{family.name}_norm.py"} <= set(os.listdir(out))
+    assert {f"configuration_{family.module}_norm.py", f"modeling_{family.module}_norm.py"} <= set(os.listdir(out))
     assert tree_digest(stock_dir) == before  # the source is only read
 
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    repo_id = f"org/{family.name.replace('_', '-')}-sepnorm"
+    repo_id = f"org/{family.name}-sepnorm"
     assert cli.main(["push", repo_id, str(out)]) == 0
     info = api.model_info(repo_id)
     assert info.pipeline_tag == "fill-mask"
@@ -119,7 +119,7 @@ def test_dyt_and_derf_are_calibrated_and_the_card_says_post_ln(family: TextFamil
         assert math.isfinite(calibrated["kl_divergence"])
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    repo_id = f"org/{family.name.replace('_', '-')}-dyt"
+    repo_id = f"org/{family.name}-dyt"
     assert cli.main(["push", repo_id, str(tmp_path / "dyt")]) == 0
     readme = Path(api.hf_hub_download(repo_id, "README.md", cache_dir=tmp_path / "cache")).read_text()
     name = FAMILIES[family.name].display_name

@@ -11,13 +11,13 @@ import pytest
 import torch
 import transformers
 from huggingface_hub.errors import StrictDataclassClassValidationError
-from text_families import HEAD_SUFFIXES, ROBERTA, head_overrides, labels_for, padded_batch
+from text_families import HEAD_SUFFIXES, ROBERTA, XLM_ROBERTA, head_overrides, labels_for, padded_batch
 
 from hf_norms.models.auto_registration import stock_head
 from hf_norms.models.family_registry import FAMILIES, MODEL_CLASSES, family_of
 from hf_norms.models.norm_registry import NORM_TYPES
 
-TEXT_FAMILIES = [ROBERTA]
+TEXT_FAMILIES = [ROBERTA, XLM_ROBERTA]
 EXACT_LOADS = {"layernorm": 0.0, "sepnorm": 1e-5, "dtn": 1e-5, "lape": 1e-5}  # norm_type: max abs diff to stock
 AUTO_CLASSES = {
     "Model": "AutoModel",
@@ -44,7 +44,7 @@ def test_every_stock_head_has_its_hf_norms_head(family):
     stock = {name for name in importlib.import_module(module).__all__ if not name.endswith("PreTrainedModel")}
     assert {stock_head(cls).__name__ for cls in spec.heads} == stock == {family.prefix + s for s in HEAD_SUFFIXES}
     assert family_of(spec.stock_model_type) is spec and family_of(spec.model_type) is spec
-    assert spec.model_type == f"{family.name}_norm" and not spec.pre_ln and spec.modality == "text"
+    assert spec.model_type == f"{family.module}_norm" and not spec.pre_ln and spec.modality == "text"
     assert transformers.AutoConfig.for_model(spec.model_type).__class__ is spec.config_class
 
 
