@@ -80,7 +80,8 @@ def test_dtn_compiled_with_inductor_computes_what_eager_computes_with_padding():
 
 
 def test_the_grid_covers_every_family_and_norm_type():
-    assert {family.model_type for family in FAMILIES.values()} == set(FAMILY_NAMES)
+    # the checks compare a head's loss: a family without one (CLIP vision) is covered by its own tests
+    assert {family.model_type for family in FAMILIES.values() if family.task_heads} == set(FAMILY_NAMES)
     assert {"bert_norm", "deit_norm", "vit_norm"} <= set(FAMILY_NAMES)
     assert {norm_type for _, norm_type in GRID} == {norm_type for _, norm_type in ROTATION} == set(NORM_TYPES)
 
