@@ -121,3 +121,26 @@ def test_rmsnorm_by_centring_is_not_exact_so_the_family_declares_no_residual_wri
     with torch.no_grad():
         diff = (converted(pixel_values=pixels()).pooler_output - stock(pixel_values=pixels()).pooler_output).abs()
     assert diff.max().item() > 1e-2
+
+
+@pytest.mark.parametrize("norm_type", ["sepnorm", "dtn"])
+def test_lora_defaults_target_attention_and_the_adapter_round_trips(norm_type, tmp_path):
+    """`LoraConfig()` without target modules adapts CLIP's q_proj and v_proj (peft's defaults for `clip_vision_model`
+    or hf-norms' q/v choice), never a norm; the saved adapter loads back to the same outputs."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(CLIPVisionNormModel(CLIPVisionNormConfig(norm_type=norm_type, **SIZE)), LoraConfig())
+    adapted = {name.split(".lora_A")[0].split(".")[-1] for name, _ in model.named_parameters() if "lora_A" in name}
+    assert adapted == {"q_proj", "v_proj"}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_()
+    model.eval().save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    base = CLIPVisionNormModel(CLIPVisionNormConfig(norm_type=norm_type, **SIZE))
+    loaded = PeftModel.from_pretrained(base, tmp_path).eval()
+    with torch.no_grad():
+        diff = (loaded(pixel_values=pixels()).pooler_output - model(pixel_values=pixels()).pooler_output).abs().max()
+    assert diff.item() == 0.0
