@@ -14,6 +14,7 @@ from tftests.test_modeling_common import ModelTesterMixin, floats_tensor, ids_te
 
 import hf_norms
 from hf_norms.models.configuration_roberta_norm import RobertaNormConfig
+from hf_norms.models.configuration_xlm_roberta_norm import XLMRobertaNormConfig
 from hf_norms.models.family_registry import MODEL_CLASSES
 from hf_norms.models.modeling_clip_vision_norm import CLIPVisionNormModelWithProjection
 from hf_norms.models.norm_registry import NORM_TYPES
@@ -46,7 +47,7 @@ class VisionTester:
 
 
 class TextTester:
-    """BERT, RoBERTa: 7 tokens ([CLS] or <s> and a row of 6), padded at random."""
+    """BERT, RoBERTa, XLM-RoBERTa: 7 tokens ([CLS] or <s> and a row of 6), padded at random."""
 
     def __init__(self, parent, config_class, norm_type: str, num_prefix_tokens: int):
         self.parent, self.config_class, self.norm_type = parent, config_class, norm_type
@@ -86,6 +87,7 @@ FAMILIES = {
     "CLIPVision": (hf_norms.CLIPVisionNormConfig, VisionTester),
     "Bert": (hf_norms.BertNormConfig, TextTester),
     "Roberta": (RobertaNormConfig, TextTester),
+    "XLMRoberta": (XLMRobertaNormConfig, TextTester),
 }
 # test name prefix -> (the norm types whose mathematics or design breaks its assumption, why)
 SKIPS: dict[str, tuple[frozenset[str], str]] = {
