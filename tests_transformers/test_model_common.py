@@ -13,15 +13,14 @@ import torch
 from tftests.test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask
 
 import hf_norms
-from hf_norms.models.configuration_roberta_norm import RobertaNormConfig
-from hf_norms.models.configuration_xlm_roberta_norm import XLMRobertaNormConfig
+from hf_norms.models.family_registry import FAMILIES as FAMILY_REGISTRY
 from hf_norms.models.family_registry import MODEL_CLASSES
 from hf_norms.models.modeling_clip_vision_norm import CLIPVisionNormModelWithProjection
 from hf_norms.models.norm_registry import NORM_TYPES
 
 
 class VisionTester:
-    """ViT, DeiT and DINOv2: 30 x 30 images in 2 x 2 patches (a 15 x 15 grid) after the prefix tokens."""
+    """The image families: 30 x 30 images in 2 x 2 patches (a 15 x 15 grid) after the prefix tokens."""
 
     def __init__(self, parent, config_class, norm_type: str, num_prefix_tokens: int):
         self.parent, self.config_class, self.norm_type = parent, config_class, norm_type
@@ -33,7 +32,7 @@ class VisionTester:
         self.mask_length, self.num_masks = num_patches, num_patches // 2
 
     def get_config(self):
-        sizes = {"intermediate_size": 37} if self.config_class is not hf_norms.Dinov2NormConfig else {"mlp_ratio": 2}
+        sizes = {"mlp_ratio": 2} if hasattr(self.config_class(), "mlp_ratio") else {"intermediate_size": 37}
         return self.config_class(
             norm_type=self.norm_type, image_size=self.image_size, patch_size=self.patch_size,
             num_channels=self.num_channels, hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
@@ -47,7 +46,7 @@ class VisionTester:
 
 
 class TextTester:
-    """BERT, RoBERTa, XLM-RoBERTa: 7 tokens ([CLS] or <s> and a row of 6), padded at random."""
+    """The text families: 7 tokens ([CLS] or <s> and a row of 6), padded at random."""
 
     def __init__(self, parent, config_class, norm_type: str, num_prefix_tokens: int):
         self.parent, self.config_class, self.norm_type = parent, config_class, norm_type
@@ -80,14 +79,10 @@ class TextTester:
         return self.get_config(), inputs
 
 
+# each family by its class-name prefix (`Bert`), with its config and the tester of its modality
 FAMILIES = {
-    "ViT": (hf_norms.ViTNormConfig, VisionTester),
-    "DeiT": (hf_norms.DeiTNormConfig, VisionTester),
-    "Dinov2": (hf_norms.Dinov2NormConfig, VisionTester),
-    "CLIPVision": (hf_norms.CLIPVisionNormConfig, VisionTester),
-    "Bert": (hf_norms.BertNormConfig, TextTester),
-    "Roberta": (RobertaNormConfig, TextTester),
-    "XLMRoberta": (XLMRobertaNormConfig, TextTester),
+    spec.class_prefix: (spec.config_class, VisionTester if spec.modality == "image" else TextTester)
+    for spec in FAMILY_REGISTRY.values()
 }
 # test name prefix -> (the norm types whose mathematics or design breaks its assumption, why)
 SKIPS: dict[str, tuple[frozenset[str], str]] = {
