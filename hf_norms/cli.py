@@ -131,7 +131,7 @@ COMMANDS = {
     ),
     "convert": Command(
         ConvertArguments,
-        "convert a LayerNorm ViT/DeiT/DINOv2/BERT checkpoint to another norm_type, with a fidelity report",
+        "convert a LayerNorm checkpoint of a supported family to another norm_type, with a fidelity report",
         "Convert a LayerNorm ViT, DeiT, DINOv2 or BERT checkpoint (any head; a folder or a Hub id) to another "
         "norm_type: exactly where the norm allows (SepNorm, DTN, LaPE; RMSNorm on the pre-LN families), else "
         "calibrated on --calibration-data (DyT, Derf). The output folder holds a normal checkpoint, its remote code "
@@ -166,12 +166,12 @@ COMMANDS = {
     ),
 }
 FINETUNE_HELP = (
-    "fine-tune a ViT/DeiT/DINOv2/BERT of any norm_type with the Trainer (one process, or torchrun/accelerate)"
+    "fine-tune a model of a supported family and any norm_type with the Trainer (one process, or torchrun/accelerate)"
 )
 
 
 FINETUNE_DESCRIPTION = (
-    "Fine-tune a ViT/DeiT/BERT of any norm_type with the transformers Trainer: from a checkpoint (a stock one is "
+    "Fine-tune a model of a supported family and any norm_type with the transformers Trainer: from a checkpoint (a stock one is "
     "converted to --norm_type as it loads) or from scratch, on a datasets dataset, an imagefolder, a CSV/JSON/Parquet "
     "file or packaged:fashion-mnist / packaged:bbc-news. Options may also come from one .json or .yaml file."
 )
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: `--version`, `--help` and the list of commands (each command parses its own options)."""
     parser = OneLineParser(
         prog="hf-norms",
-        description="DyT, Derf, DTN, SepNorm, LaPE and RMSNorm for Hugging Face ViT, DeiT, DINOv2 and BERT: convert, "
+        description="DyT, Derf, DTN, SepNorm, LaPE and RMSNorm for Hugging Face transformers models: convert, "
         "heal, fine-tune, publish.",
         epilog="`hf-norms COMMAND --help` describes a command. HF_NORMS_DEBUG=1 shows the traceback of an error.",
     )

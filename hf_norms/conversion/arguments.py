@@ -133,7 +133,9 @@ class ConversionOptions:
         "text: tokens per example (default: a sentence-transformers source's max_seq_length, else 128)"
     )
     batch_size: int = option("examples per forward pass", 16)
-    fold: bool = option("fold gamma/beta into the next Linear layers (ViT/DeiT)", False)
+    fold: bool = option(
+        "fold gamma/beta into the next Linear layers (pre-LN families: ViT, DeiT, DINOv2, CLIP vision)", False
+    )
     keep_layernorm: str | None = option(
         "encoder layers that keep LayerNorm, e.g. 4,5 or 4-5 (--keep-layernorm=-1: the last; in Python also a list)",
         metavar="LAYERS",

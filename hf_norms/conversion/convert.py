@@ -1,4 +1,4 @@
-"""Convert a LayerNorm ViT, DeiT or BERT model (any head) into any norm_type, with a fidelity report.
+"""Convert a LayerNorm model of a registered family (any head) into any norm_type, with a fidelity report.
 
     hf-norms convert SRC --norm-type T --output DIR [--option KEY=VALUE ...] [--calibration-data DATA] [--fold]
     converted = hf_norms.convert_model(model, "dtn")            # in memory; converted.conversion_report
@@ -13,7 +13,7 @@
   copied, the rest at its inits) is measured, then every converted layer is calibrated in forward order
   (`calibration.calibrate_norms`), DyT's and Derf's with one alpha (and shift) per channel by default.
   `hf-norms heal` then distils the result from the original.
-- `--fold` moves the norms' gamma/beta into the Linear layers that read them (ViT/DeiT only, see `folding`).
+- `--fold` moves the norms' gamma/beta into the Linear layers that read them (pre-LN families only, see `folding`).
 
 `convert_model` converts a model object and leaves it as it was. `convert` reads a checkpoint folder or Hub id (only
 reading it) and writes a normal checkpoint (config, safetensors weights, tokenizer or image processor, remote code, a
@@ -152,7 +152,7 @@ def convert_model(
     share_weights: bool = False,
     **options: Any,
 ) -> nn.Module:
-    """`model` (a LayerNorm ViT, DeiT or BERT of any head: a stock transformers class, or an hf-norms class with
+    """`model` (a LayerNorm model of a registered family, any head: a stock transformers class, or an hf-norms class with
     `norm_type="layernorm"`) converted to `norm_type` in memory, as `hf-norms convert` converts a folder.
 
     `options` are `ConversionOptions` fields (`evaluation_data`, `calibration_samples`, `fold`, `keep_layernorm`,

@@ -55,7 +55,7 @@ class SourceModel:
     @property
     def pooler_option(self) -> dict[str, bool]:
         """`add_pooling_layer=False` for a bare model saved without a pooler in a family whose bare model takes that
-        option (ViT, DeiT, BERT), else nothing (DINOv2 has no pooler and takes no such option)."""
+        option (ViT, DeiT, BERT, RoBERTa), else nothing (DINOv2 has no pooler and takes no such option)."""
         without = self.architecture.endswith("Model") and not self.has_pooler and self.family.pooler_option
         return {"add_pooling_layer": False} if without else {}
 

@@ -151,6 +151,6 @@ def family_of(model_type: object) -> FamilySpec | None:
 
 
 def family_names() -> str:
-    """The families' display names for a message: `ViT, DeiT, BERT and DINOv2`."""
+    """The families' display names for a message: `ViT, DeiT, ... and CLIP vision`."""
     names = [spec.display_name for spec in FAMILIES.values()]
     return f"{', '.join(names[:-1])} and {names[-1]}"

@@ -42,7 +42,7 @@ class ModelArguments:
 
     model_name_or_path: str | None = field(
         default=None,
-        metadata={"help": "Checkpoint folder or Hub id: an hf-norms checkpoint, or a stock ViT/DeiT/BERT one."},
+        metadata={"help": "Checkpoint folder or Hub id: an hf-norms checkpoint, or a stock one of a supported family."},
     )
     model_type: str | None = field(
         default=None,
@@ -101,7 +101,7 @@ class DataArguments:
     )
     task: Task | None = field(
         default=None,
-        metadata={"help": "Default: image-classification for ViT/DeiT, text-classification for BERT."},
+        metadata={"help": "Default: image-classification for image models, text-classification for text models."},
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     eval_dataset: str | None = field(

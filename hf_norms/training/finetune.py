@@ -1,7 +1,7 @@
 """Fine-tune any norm_type with the transformers `Trainer`, from Python or as `hf-norms finetune`, on one process or many.
 
 Tasks: image classification (ViT, DeiT), text classification and masked-LM fine-tuning (BERT). The model comes from a
-checkpoint folder or Hub id (an hf-norms checkpoint, or a stock ViT/DeiT/BERT one, converted to `--norm_type` as it
+checkpoint folder or Hub id (an hf-norms checkpoint, or a stock one of a supported family, converted to `--norm_type` as it
 loads) or is built from scratch (`--model_type vit_norm --config_overrides hidden_size=64,...`). The data is a
 `datasets` dataset, an imagefolder, a CSV/JSON/Parquet file or a packaged real dataset (`hf_norms.training.data`),
 checked before training starts.
