@@ -22,7 +22,7 @@ def norm_classes(model) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("case", [c for c in HEAD_CASES if c.class_name != "BertNormLMHeadModel"], ids=str)
+@pytest.mark.parametrize("case", HEAD_CASES, ids=str)
 def test_each_layer_builds_its_own_norm_and_the_model_round_trips(case, tmp_path):
     config = head_config(case, "dyt")
     config.layer_norm_types = ["dyt", "layernorm"]
@@ -39,9 +39,12 @@ def test_each_layer_builds_its_own_norm_and_the_model_round_trips(case, tmp_path
     model.save_pretrained(tmp_path)
     reloaded = case.model_class.from_pretrained(tmp_path).eval()
     assert reloaded.config.layer_norm_types == ["dyt", "layernorm"]
+    for (name, saved), loaded in zip(model.state_dict().items(), reloaded.state_dict().values(), strict=True):
+        assert torch.equal(saved, loaded), name
     inputs = case.inputs(config, with_labels=False)
-    with torch.no_grad():
-        assert torch.equal(primary_output(model(**inputs)), primary_output(reloaded(**inputs)))
+    with torch.no_grad():  # equal weights; a matmul may round differently on a loaded tensor's memory (1e-9 seen)
+        diff = (primary_output(model(**inputs)) - primary_output(reloaded(**inputs))).abs().max().item()
+    assert diff <= 1e-6
 
 
 def test_layernorm_in_every_layer_computes_the_layernorm_model():
