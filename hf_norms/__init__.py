@@ -77,8 +77,9 @@ except Exception as error:  # one line that says why, not a later TypeError abou
     ) from error
 _NormPreTrainedMixin.hub_publisher = _push_model
 
-# Every family's config and model classes (`hf_norms.BertNormConfig`, `hf_norms.ViTNormForImageClassification`, ...),
+# Every family's config and model classes (`hf_norms.BertNormConfig`, `hf_norms.ViTNormForImageClassification`, ...,
+# also those without an Auto class: `hf_norms.CLIPVisionNormModelWithProjection`),
 # from the family registry, so that a family added there is public too.
-FAMILY_CLASSES = {cls.__name__: cls for spec in _FAMILIES.values() for cls in (spec.config_class, *spec.heads)}
+FAMILY_CLASSES = {cls.__name__: cls for spec in _FAMILIES.values() for cls in (spec.config_class, *spec.public_classes)}
 globals().update(FAMILY_CLASSES)
 __all__ = sorted({*PUBLIC_NAMES, *FAMILY_CLASSES})

@@ -112,6 +112,13 @@ class FamilySpec:
         return importlib.import_module(self.config_class.__module__.replace(".configuration_", ".modeling_", 1))
 
     @property
+    def public_classes(self) -> list[type]:
+        """Every class its modeling module exports (`__all__`): its heads, its base class and the heads no Auto class
+        maps (CLIP's `CLIPVisionNormModelWithProjection`), which `import hf_norms` makes public."""
+        exported = [getattr(self.modeling_module, name) for name in self.modeling_module.__all__]
+        return [value for value in exported if isinstance(value, type)]
+
+    @property
     def heads(self) -> list[type]:
         """Its model classes that sit under an Auto class (every head), in the modeling module's order of names."""
         module = self.modeling_module
