@@ -4,7 +4,13 @@ what a careless user's checkpoint does, each refused in one line naming what to 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from text_families import XLM_ROBERTA
 
 import hf_norms
 from hf_norms.models import modeling_clip_vision_norm
@@ -25,3 +31,25 @@ def test_the_clip_projection_head_is_public_as_the_docs_name_it():
     `from hf_norms import CLIPVisionNormModelWithProjection` failed with AttributeError."""
     assert hf_norms.CLIPVisionNormModelWithProjection is modeling_clip_vision_norm.CLIPVisionNormModelWithProjection
     assert "CLIPVisionNormModelWithProjection" in hf_norms.__all__
+
+
+def test_an_hf_norms_checkpoint_under_the_stock_model_type_is_refused_in_one_line(tmp_path):
+    """An XLM-R DTN checkpoint whose config.json says `model_type: "xlm-roberta"` (the stock type) instead of
+    `xlm_roberta_norm`: the Auto class loaded the stock XLMRobertaForSequenceClassification, dropping DTN's weights,
+    even when asked for norm_type="dtn" (the config took the keyword). It is refused in one line naming the fix."""
+    folder = tmp_path / "xlmr-dtn"
+    torch.manual_seed(0)
+    config = hf_norms.XLMRobertaNormConfig.from_stock_config(XLM_ROBERTA.stock_config(), norm_type="dtn")
+    hf_norms.XLMRobertaNormForSequenceClassification(config).save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, "model_type": "xlm-roberta"}))
+    before = tree_digest(folder)
+    expected = (
+        f"{folder}: its config.json holds norm_type='dtn' under the stock model_type 'xlm-roberta': it is an "
+        "hf-norms checkpoint; set its model_type to 'xlm_roberta_norm' to load it."
+    )
+    for options in ({}, {"norm_type": "dtn"}):
+        with pytest.raises(ValueError) as error:
+            transformers.AutoModelForSequenceClassification.from_pretrained(folder, **options)
+        assert str(error.value) == expected
+    assert tree_digest(folder) == before

@@ -23,7 +23,7 @@ from .family_registry import FAMILIES
 from .family_spec import FamilySpec
 from .image_processing_norm import GrayscaleImageProcessor
 from .modeling_norm_utils import refuse_wrong_norm_keywords
-from .norm_registry import looks_like_a_norm_keyword
+from .norm_registry import STOCK, looks_like_a_norm_keyword
 
 
 def heads_by_auto_class(family: FamilySpec) -> dict[str, tuple[type, ...]]:
@@ -46,10 +46,25 @@ def stock_head(norm_class: type) -> type:
 
 def routed_from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
     """The stock class's `from_pretrained`, or with a norm keyword (`looks_like_a_norm_keyword`, a misspelt one too) the
-    hf-norms head's `from_layernorm_checkpoint`, which checks the keywords."""
+    hf-norms head's `from_layernorm_checkpoint`, which checks the keywords. An hf-norms checkpoint whose config.json
+    gives the stock model_type is refused in one line: the stock class would drop its norms' weights."""
+    refuse_norms_under_the_stock_type(cls.norm_class, pretrained_model_name_or_path, kwargs.get("config"))
     if not any(map(looks_like_a_norm_keyword, kwargs)):
         return cls.stock_class.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
     return cls.norm_class.from_layernorm_checkpoint(pretrained_model_name_or_path, *model_args, **kwargs)
+
+
+def refuse_norms_under_the_stock_type(norm_class: type, source, config) -> None:
+    """Refuses, in one line naming the fix, a stock config (as the Auto class read it) that holds an hf-norms
+    `norm_type` other than LayerNorm: a checkpoint hf-norms saved whose `model_type` was set to the stock one. The Auto
+    class would load the stock class without the norms' weights, and its config takes a `norm_type=` keyword itself."""
+    norm_type = getattr(config, "norm_type", None)
+    if norm_type in (None, STOCK) or isinstance(config, norm_class.config_class):
+        return
+    raise ValueError(
+        f"{source}: its config.json holds norm_type={norm_type!r} under the stock model_type {config.model_type!r}: "
+        f"it is an hf-norms checkpoint; set its model_type to {norm_class.config_class.model_type!r} to load it."
+    )
 
 
 def routed_from_config(cls, config, **kwargs):
