@@ -11,8 +11,10 @@ import pytest
 import torch
 import transformers
 from text_families import XLM_ROBERTA
+from transformers import CLIPConfig, CLIPModel
 
 import hf_norms
+from hf_norms import cli
 from hf_norms.models import modeling_clip_vision_norm
 
 CLIP_VISION = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,
@@ -53,3 +55,20 @@ def test_an_hf_norms_checkpoint_under_the_stock_model_type_is_refused_in_one_lin
             transformers.AutoModelForSequenceClassification.from_pretrained(folder, **options)
         assert str(error.value) == expected
     assert tree_digest(folder) == before
+
+
+def test_convert_of_a_full_clip_checkpoint_names_its_vision_tower(tmp_path, capsys):
+    """A whole CLIPModel (model_type `clip`) is no family; convert says, exit 2, to save its vision tower with the
+    stock class and convert that, writing nothing."""
+    torch.manual_seed(0)
+    config = CLIPConfig(text_config=CLIP_TEXT, vision_config=CLIP_VISION, projection_dim=16)
+    CLIPModel(config).save_pretrained(tmp_path / "clip")
+    before = tree_digest(tmp_path / "clip")
+    source = tmp_path / "clip"
+    assert cli.main(["convert", str(source), "--norm-type", "sepnorm", "--output", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"hf-norms convert: error: {source}: model_type 'clip' is not a family hf-norms converts, but its "
+        "vision_config is CLIP vision's: load it with transformers' CLIPVisionModel.from_pretrained, save that with "
+        "save_pretrained and convert the saved folder."
+    )
+    assert not (tmp_path / "out").exists() and tree_digest(source) == before

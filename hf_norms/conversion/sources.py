@@ -64,11 +64,7 @@ def source_model(source: str, model_type: str | None, norm_type: str, architectu
     """The `SourceModel` of a model of `model_type` and head `architecture`; refuses what hf-norms cannot convert."""
     family = family_of(model_type)
     if family is None:
-        supported = sorted(t for spec in FAMILIES.values() for t in (spec.stock_model_type, spec.model_type))
-        raise ConversionError(
-            f"{source}: model_type {model_type!r} is not supported; hf-norms converts {family_names()} models "
-            f"(model_type one of {supported})."
-        )
+        raise unsupported_model_type(source, model_type)
     if norm_type != STOCK:
         raise ConversionError(f"{source} already uses norm_type={norm_type!r}; convert from a LayerNorm model.")
     prefix = family.class_prefix
@@ -81,6 +77,26 @@ def source_model(source: str, model_type: str | None, norm_type: str, architectu
             f"{source}: architecture {architecture!r} is not supported; supported {family.name} heads: {supported}."
         )
     return SourceModel(family=family, architecture=architecture, norm_architecture=norm_name, has_pooler=has_pooler)
+
+
+def unsupported_model_type(source: str, model_type: object) -> ConversionError:
+    """The one line for a model_type of no family: for a composite model that holds a family's model (CLIP's
+    `vision_config`), how to convert that part; else the families and model types hf-norms converts."""
+    known = isinstance(model_type, str) and model_type in transformers.CONFIG_MAPPING
+    composite = transformers.CONFIG_MAPPING[model_type] if known else None
+    for key, part in getattr(composite, "sub_configs", {}).items():
+        family = family_of(part.model_type)
+        if family is not None:
+            return ConversionError(
+                f"{source}: model_type {model_type!r} is not a family hf-norms converts, but its {key} is "
+                f"{family.display_name}'s: load it with transformers' {family.class_prefix}Model.from_pretrained, "
+                "save that with save_pretrained and convert the saved folder."
+            )
+    supported = sorted(t for spec in FAMILIES.values() for t in (spec.stock_model_type, spec.model_type))
+    return ConversionError(
+        f"{source}: model_type {model_type!r} is not supported; hf-norms converts {family_names()} models "
+        f"(model_type one of {supported})."
+    )
 
 
 def inspect_source(checkpoint: SourceCheckpoint) -> SourceModel:
