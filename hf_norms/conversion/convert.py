@@ -54,12 +54,11 @@ from .data import (
     load_examples,
     model_device,
     probe_examples,
-    run_model,
 )
 from .devices import resolve_device
 from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_data, with_downstream
 from .fidelity import measure_fidelity
-from .folding import check_foldable, fold_norms
+from .folding import check_foldable, fold_and_check
 from .layer_choice import layer_plan, sweep_layernorm_layers
 from .progress import StageLines
 from .report import set_fine_tuning_config, write_report
@@ -471,36 +470,6 @@ def raw_probe_batch(config) -> dict:
         return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
     return {"pixel_values": torch.randn(4, config.num_channels, size, size, generator=generator)}
-
-
-def fold_and_check(model: nn.Module, batches: list[dict]) -> dict[str, Any]:
-    """Fold `model`'s norm affines (see `folding`) and check the folded model computes what the unfolded one did.
-
-    Folding is exact algebra, but float32 rounds the reordered products differently; to show how large that is
-    against float32's own error, both models are also compared with the unfolded model evaluated in float64.
-    """
-
-    def outputs(network: nn.Module, batch: dict) -> torch.Tensor:
-        if next(network.parameters()).dtype == torch.float64:
-            batch = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
-        with torch.no_grad():
-            result = run_model(network, batch)
-        return next(v for k, v in result.items() if k in ("logits", "last_hidden_state", "reconstruction"))
-
-    def max_diff(first: list[torch.Tensor], second: list[torch.Tensor]) -> float:
-        return max((a.double() - b.double()).abs().max().item() for a, b in zip(first, second, strict=True))
-
-    exact = [outputs(copy.deepcopy(model).double(), batch) for batch in batches]
-    before = [outputs(model, batch) for batch in batches]
-    result = fold_norms(model)
-    after = [outputs(model, batch) for batch in batches]
-    return {
-        "folded": result.folded,
-        "skipped": result.skipped,
-        "max_abs_diff_to_unfolded": max_diff(after, before),
-        "max_abs_output": max(ref.abs().max().item() for ref in before),  # float32 rounding scales with this
-        "max_abs_diff_to_float64": {"unfolded": max_diff(before, exact), "folded": max_diff(after, exact)},
-    }
 
 
 def save_checkpoint(model: nn.Module, processor, folder: Path) -> None:
