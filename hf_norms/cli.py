@@ -132,8 +132,8 @@ COMMANDS = {
     "convert": Command(
         ConvertArguments,
         "convert a LayerNorm checkpoint of a supported family to another norm_type, with a fidelity report",
-        "Convert a LayerNorm ViT, DeiT, DINOv2 or BERT checkpoint (any head; a folder or a Hub id) to another "
-        "norm_type: exactly where the norm allows (SepNorm, DTN, LaPE; RMSNorm on the pre-LN families), else "
+        "Convert a LayerNorm checkpoint of a supported family (docs/models.md; any head; a folder or a Hub id) to "
+        "another norm_type: exactly where the norm allows (SepNorm, DTN, LaPE; RMSNorm on the pre-LN families), else "
         "calibrated on --calibration-data (DyT, Derf). The output folder holds a normal checkpoint, its remote code "
         "and conversion_report.{json,md,png}.",
         run_convert,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from transformers import CLIPConfig, CLIPModel
 import hf_norms
 from hf_norms import cli
 from hf_norms.models import modeling_clip_vision_norm
+from hf_norms.models.family_registry import FAMILIES
 
 CLIP_VISION = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,
                    patch_size=2, projection_dim=16)  # fmt: skip
@@ -72,3 +74,15 @@ def test_convert_of_a_full_clip_checkpoint_names_its_vision_tower(tmp_path, caps
         "save_pretrained and convert the saved folder."
     )
     assert not (tmp_path / "out").exists() and tree_digest(source) == before
+
+
+@pytest.mark.parametrize("name", ["convert", "heal", "push", "finetune"])  # the commands any family goes through
+def test_a_commands_description_names_every_family_or_none(name):
+    """`hf-norms convert --help` began 'Convert a LayerNorm ViT, DeiT, DINOv2 or BERT checkpoint': a RoBERTa or CLIP
+    vision user read that theirs does not convert. The help and description of a command that takes any family name every family or none."""
+    texts = {name: f"{command.help} {command.description}" for name, command in cli.COMMANDS.items()}
+    texts["finetune"] = f"{cli.FINETUNE_HELP} {cli.FINETUNE_DESCRIPTION}"
+    words = set(re.findall(r"[\w-]+", texts[name].replace("CLIP vision", "CLIP-vision")))
+    displayed = [family.display_name for family in FAMILIES.values()]
+    named = [display for display in displayed if display.replace(" ", "-") in words]
+    assert named in ([], displayed), named
