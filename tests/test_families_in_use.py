@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 from text_families import XLM_ROBERTA
-from transformers import CLIPConfig, CLIPModel
+from transformers import CLIPConfig, CLIPModel, CLIPVisionConfig, CLIPVisionModelWithProjection
 
 import hf_norms
 from hf_norms import cli
@@ -86,3 +86,19 @@ def test_a_commands_description_names_every_family_or_none(name):
     displayed = [family.display_name for family in FAMILIES.values()]
     named = [display for display in displayed if display.replace(" ", "-") in words]
     assert named in ([], displayed), named
+
+
+def test_convert_of_a_head_it_does_not_convert_names_the_head_to_load_it_with(tmp_path, capsys):
+    """A CLIPVisionModelWithProjection checkpoint: the line named the registry's key ('clipvision') and no way on; it
+    now names the family and says to load the checkpoint with a head it converts, exit 2, writing nothing."""
+    torch.manual_seed(0)
+    source = tmp_path / "projection"
+    CLIPVisionModelWithProjection(CLIPVisionConfig(**CLIP_VISION)).save_pretrained(source)
+    before = tree_digest(source)
+    assert cli.main(["convert", str(source), "--norm-type", "sepnorm", "--output", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"hf-norms convert: error: {source}: architecture 'CLIPVisionModelWithProjection' is not a CLIP vision head "
+        "hf-norms converts (those are ['CLIPVisionModel']): load it with transformers' CLIPVisionModel.from_pretrained, "
+        "save that with save_pretrained and convert the saved folder."
+    )
+    assert not (tmp_path / "out").exists() and tree_digest(source) == before

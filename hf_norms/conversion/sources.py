@@ -74,7 +74,9 @@ def source_model(source: str, model_type: str | None, norm_type: str, architectu
     if not stock_name.startswith(prefix) or norm_name not in MODEL_CLASSES:
         supported = sorted(cls.__name__.replace("Norm", "", 1) for cls in family.heads)
         raise ConversionError(
-            f"{source}: architecture {architecture!r} is not supported; supported {family.name} heads: {supported}."
+            f"{source}: architecture {architecture!r} is not a {family.display_name} head hf-norms converts (those "
+            f"are {supported}): load it with transformers' {prefix}Model.from_pretrained, save that with "
+            "save_pretrained and convert the saved folder."
         )
     return SourceModel(family=family, architecture=architecture, norm_architecture=norm_name, has_pooler=has_pooler)
 

@@ -155,7 +155,8 @@ def test_convert_refuses_the_projection_head_in_one_line(tmp_path, capsys):
     stock_dir = save_stock(tmp_path / "stock", CLIPVisionModelWithProjection)
     assert cli.main(["convert", str(stock_dir), "--norm-type", "sepnorm", "--output", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"hf-norms convert: error: {stock_dir}: architecture 'CLIPVisionModelWithProjection' is not supported; "
-        "supported clipvision heads: ['CLIPVisionModel']."
+        f"hf-norms convert: error: {stock_dir}: architecture 'CLIPVisionModelWithProjection' is not a CLIP vision "
+        "head hf-norms converts (those are ['CLIPVisionModel']): load it with transformers' "
+        "CLIPVisionModel.from_pretrained, save that with save_pretrained and convert the saved folder."
     )
     assert not (tmp_path / "out").exists()
