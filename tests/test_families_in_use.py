@@ -102,3 +102,19 @@ def test_convert_of_a_head_it_does_not_convert_names_the_head_to_load_it_with(tm
         "save that with save_pretrained and convert the saved folder."
     )
     assert not (tmp_path / "out").exists() and tree_digest(source) == before
+
+
+def test_convert_of_a_mistyped_model_type_names_the_nearest_one(tmp_path, capsys):
+    """A stock XLM-R checkpoint whose config.json says `xlm_roberta` (transformers' type is `xlm-roberta`, hf-norms'
+    `xlm_roberta_norm`): the line names the nearest model type, exit 2, writing nothing."""
+    source = XLM_ROBERTA.save_stock(tmp_path / "xlmr")
+    saved = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**saved, "model_type": "xlm_roberta"}))
+    before = tree_digest(source)
+    assert cli.main(["convert", str(source), "--norm-type", "dtn", "--output", str(tmp_path / "out")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(
+        f"hf-norms convert: error: {source}: model_type 'xlm_roberta' is not supported (did you mean "
+        "'xlm-roberta'?); hf-norms converts ViT, "
+    ), line
+    assert not (tmp_path / "out").exists() and tree_digest(source) == before

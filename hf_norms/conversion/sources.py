@@ -9,6 +9,7 @@ processor. Sentence-transformers checkpoints keep their pipeline files (`modules
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,8 +96,10 @@ def unsupported_model_type(source: str, model_type: object) -> ConversionError:
                 "save that with save_pretrained and convert the saved folder."
             )
     supported = sorted(t for spec in FAMILIES.values() for t in (spec.stock_model_type, spec.model_type))
+    nearest = difflib.get_close_matches(model_type, supported, n=1) if isinstance(model_type, str) else []
+    hint = f" (did you mean {nearest[0]!r}?)" if nearest else ""
     return ConversionError(
-        f"{source}: model_type {model_type!r} is not supported; hf-norms converts {family_names()} models "
+        f"{source}: model_type {model_type!r} is not supported{hint}; hf-norms converts {family_names()} models "
         f"(model_type one of {supported})."
     )
 
