@@ -118,3 +118,25 @@ def test_convert_of_a_mistyped_model_type_names_the_nearest_one(tmp_path, capsys
         "'xlm-roberta'?); hf-norms converts ViT, "
     ), line
     assert not (tmp_path / "out").exists() and tree_digest(source) == before
+
+
+def test_auto_model_with_a_norm_option_on_a_full_clip_checkpoint_names_the_vision_tower_class(tmp_path):
+    """`AutoModel.from_pretrained(clip, norm_type="dtn")` on a whole CLIPModel failed in CLIPModel.__init__ ('got an
+    unexpected keyword argument'); it is one line naming the class that loads its vision tower, which does (within
+    1e-5 of the stock tower). Without a norm option AutoModel gives the stock CLIPModel, as transformers does."""
+    torch.manual_seed(0)
+    source = tmp_path / "clip"
+    CLIPModel(CLIPConfig(text_config=CLIP_TEXT, vision_config=CLIP_VISION, projection_dim=16)).save_pretrained(source)
+    with pytest.raises(ValueError) as error:
+        transformers.AutoModel.from_pretrained(source, norm_type="dtn")
+    assert str(error.value) == (
+        f"{source}: model_type 'clip' is not a family hf-norms loads with norm options, but its vision_config is "
+        "CLIP vision's: load that part with hf_norms.CLIPVisionNormModel.from_pretrained(path, norm_type=...)."
+    )
+    stock = transformers.AutoModel.from_pretrained(source).eval()
+    assert type(stock) is CLIPModel and type(transformers.AutoModel.from_config(stock.config)) is CLIPModel
+    tower = hf_norms.CLIPVisionNormModel.from_pretrained(source, norm_type="dtn").eval()
+    pixels = torch.randn(2, 3, 30, 30, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        diff = (tower(pixel_values=pixels).pooler_output - stock.vision_model(pixel_values=pixels).pooler_output).abs()
+    assert diff.max().item() <= 1e-5

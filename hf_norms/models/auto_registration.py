@@ -11,11 +11,15 @@ the stock config (`BertConfig`) and asks its Auto mapping for the stock class, w
 no hook of transformers sees the option before that. So, through `register(..., exist_ok=True)`, the stock config maps
 to a subclass of each stock head (`stock_router`) whose `from_pretrained` and `_from_config`, without a norm option, are
 the stock class's own (the model built is the stock class itself), and with one, the hf-norms head's.
+A config that holds a family's stock config as a part (`CLIPConfig` and its `vision_config`) maps in `AutoModel` to a
+`composite_router`: the stock class, which with a norm option says in one line which hf-norms class loads that part.
 
 Not part of the remote-code set (no model file imports it).
 """
 
 from __future__ import annotations
+
+import sys
 
 import transformers
 
@@ -100,6 +104,58 @@ def stock_router(norm_class: type) -> type:
     return type(stock_class.__name__, (stock_class,), namespace)
 
 
+def composite_configs(family: FamilySpec) -> list[type]:
+    """The configs in transformers' module of the family's stock config that hold it as a part (`CLIPConfig`, whose
+    `vision_config` is a `CLIPVisionConfig`)."""
+    stock = family.stock_config_class
+    module = sys.modules[stock.__module__]
+    return [value for value in vars(module).values() if stock in getattr(value, "sub_configs", {}).values()]
+
+
+def refused_from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+    """The stock class's `from_pretrained`; with a norm keyword, one line naming the hf-norms class that loads the
+    part of the checkpoint that is a family's model."""
+    if not any(map(looks_like_a_norm_keyword, kwargs)):
+        return cls.stock_class.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+    raise ValueError(
+        f"{pretrained_model_name_or_path}: model_type {cls.config_class.model_type!r} is not a family hf-norms loads "
+        f"with norm options, but its {cls.part} is {cls.family_name}'s: load that part with "
+        f"hf_norms.{cls.norm_class.__name__}.from_pretrained(path, norm_type=...)."
+    )
+
+
+def stock_from_config(cls, config, **kwargs):
+    """The stock class's `_from_config`: `AutoModel.from_config` builds transformers' own class."""
+    return cls.stock_class._from_config(config, **kwargs)
+
+
+def composite_router(stock_class: type, part: str, family: FamilySpec, norm_class: type) -> type:
+    """`stock_class` (`CLIPModel`) for `AutoModel`, its `from_pretrained` refusing norm options in one line that names
+    `norm_class`, which loads the checkpoint's `part` (its `vision_config` model); transformers' own class refuses
+    them with a TypeError from its `__init__`."""
+    namespace = {
+        "__module__": stock_class.__module__,
+        "__qualname__": stock_class.__qualname__,
+        "__doc__": f"`{stock_class.__name__}` for AutoModel; norm options name `{norm_class.__name__}`.",
+        "stock_class": stock_class,
+        "norm_class": norm_class,
+        "part": part,
+        "family_name": family.display_name,
+        "from_pretrained": classmethod(refused_from_pretrained),
+        "_from_config": classmethod(stock_from_config),
+    }
+    return type(stock_class.__name__, (stock_class,), namespace)
+
+
+def register_composite_routers(family: FamilySpec, bare_model: type) -> None:
+    """A `composite_router` in `AutoModel` for each config that holds the family's stock config as a part."""
+    for composite in composite_configs(family):
+        if composite in transformers.MODEL_MAPPING:
+            part = next(key for key, value in composite.sub_configs.items() if value is family.stock_config_class)
+            router = composite_router(transformers.MODEL_MAPPING[composite], part, family, bare_model)
+            transformers.AutoModel.register(composite, router, exist_ok=True)
+
+
 def one_or_several(classes: tuple[type, ...]) -> type | tuple[type, ...]:
     """What `register` takes: a class, or a tuple of the classes transformers chooses from by `architectures`."""
     return classes[0] if len(classes) == 1 else classes
@@ -116,6 +172,8 @@ def register_auto_classes() -> None:
             auto_class.register(config_class, one_or_several(heads), exist_ok=True)
             routers = tuple(stock_router(head) for head in heads)
             auto_class.register(config_class.stock_config_class(), one_or_several(routers), exist_ok=True)
+        if "AutoModel" in heads_by_auto_class(family):
+            register_composite_routers(family, heads_by_auto_class(family)["AutoModel"][0])
         if family.modality == "image":
             transformers.AutoImageProcessor.register(
                 config_class, image_processor_classes={"pil": GrayscaleImageProcessor}, exist_ok=True
