@@ -79,7 +79,8 @@ def test_convert_of_a_full_clip_checkpoint_names_its_vision_tower(tmp_path, caps
 @pytest.mark.parametrize("name", ["convert", "heal", "push", "finetune"])  # the commands any family goes through
 def test_a_commands_description_names_every_family_or_none(name):
     """`hf-norms convert --help` began 'Convert a LayerNorm ViT, DeiT, DINOv2 or BERT checkpoint': a RoBERTa or CLIP
-    vision user read that theirs does not convert. The help and description of a command that takes any family name every family or none."""
+    vision user read that theirs does not convert. The help and description of a command that takes any family name
+    every family or none."""
     texts = {name: f"{command.help} {command.description}" for name, command in cli.COMMANDS.items()}
     texts["finetune"] = f"{cli.FINETUNE_HELP} {cli.FINETUNE_DESCRIPTION}"
     words = set(re.findall(r"[\w-]+", texts[name].replace("CLIP vision", "CLIP-vision")))
@@ -98,8 +99,8 @@ def test_convert_of_a_head_it_does_not_convert_names_the_head_to_load_it_with(tm
     assert cli.main(["convert", str(source), "--norm-type", "sepnorm", "--output", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"hf-norms convert: error: {source}: architecture 'CLIPVisionModelWithProjection' is not a CLIP vision head "
-        "hf-norms converts (those are ['CLIPVisionModel']): load it with transformers' CLIPVisionModel.from_pretrained, "
-        "save that with save_pretrained and convert the saved folder."
+        "hf-norms converts (those are ['CLIPVisionModel']): load it with transformers' "
+        "CLIPVisionModel.from_pretrained, save that with save_pretrained and convert the saved folder."
     )
     assert not (tmp_path / "out").exists() and tree_digest(source) == before
 
@@ -140,3 +141,15 @@ def test_auto_model_with_a_norm_option_on_a_full_clip_checkpoint_names_the_visio
     with torch.no_grad():
         diff = (tower(pixel_values=pixels).pooler_output - stock.vision_model(pixel_values=pixels).pooler_output).abs()
     assert diff.max().item() <= 1e-5
+
+
+def test_a_mistyped_norm_option_on_the_command_line_names_the_nearest_one(tmp_path, capsys):
+    """`--options dtn_gate_int=0.5` listed every option without the one meant, where `from_pretrained(path,
+    dtn_gate=0.3)` says "did you mean 'dtn_gate_init'?"; exit 2, nothing written."""
+    source = XLM_ROBERTA.save_stock(tmp_path / "xlmr")
+    output = tmp_path / "out"
+    argv = ["convert", str(source), "--norm-type", "dtn", "--options", "dtn_gate_int=0.5", "--output", str(output)]
+    assert cli.main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("hf-norms convert: error: --option 'dtn_gate_int=0.5': expected KEY=VALUE with KEY one of [")
+    assert line.endswith("]; did you mean dtn_gate_init?") and not output.exists()

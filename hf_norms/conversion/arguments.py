@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from ..cli_parsing import flag, option, required
+from ..cli_parsing import did_you_mean, flag, option, required
 from ..errors import ConversionError, require_type
 from ..models.norm_registry import NORM_NAMES, NORM_TYPES
 from ..models.norm_spec import FLOAT_MAX
@@ -78,7 +78,8 @@ def parse_norm_options(items: list[str]) -> dict[str, Any]:
         key, sep, value = text.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in kinds:
-            raise ConversionError(f"--option {text!r}: expected KEY=VALUE with KEY one of {sorted(kinds)}.")
+            hint = did_you_mean(key, kinds) if sep else ""
+            raise ConversionError(f"--option {text!r}: expected KEY=VALUE with KEY one of {sorted(kinds)}{hint or '.'}")
         kind = kinds[key]
         if "bool" in kind:
             if value.lower() not in ("true", "false", "1", "0"):
