@@ -55,7 +55,7 @@ from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError
 from ..models.checkpoint_norms import norm_code
-from ..models.family_registry import MODEL_CLASSES
+from ..models.family_registry import MODEL_CLASSES, family_of
 from ..models.norm_registry import STOCK
 from ..output_folders import MARKER_NAME
 from ..redaction import tokens_redacted
@@ -133,9 +133,18 @@ def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, An
 
 
 def model_class_of(folder: Path, config: dict[str, Any]) -> type:
-    """The hf-norms class named by the config's `architectures`."""
+    """The hf-norms class named by the config's `architectures`; one of its family's classes that no Auto class maps
+    (CLIP's projection head) is refused naming the bare model to publish instead."""
     architecture = (config.get("architectures") or [""])[0]
     model_class = MODEL_CLASSES.get(architecture)
+    family = family_of(config.get("model_type"))
+    if model_class is None and family and architecture in {cls.__name__ for cls in family.public_classes}:
+        bare = next(cls.__name__ for cls in family.heads if cls._auto_class == "AutoModel")
+        raise CheckpointRefused(
+            f"{folder / 'config.json'} names the architecture {architecture!r}, an hf-norms class that no Auto class "
+            f"maps, so a load by id could not find it; publish the bare model: load the folder with "
+            f"hf_norms.{bare}.from_pretrained and save it."
+        )
     if model_class is None:
         raise CheckpointRefused(
             f"{folder / 'config.json'} names the architecture {architecture!r}, which is not an hf-norms model class; "
