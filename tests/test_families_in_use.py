@@ -153,3 +153,22 @@ def test_a_mistyped_norm_option_on_the_command_line_names_the_nearest_one(tmp_pa
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("hf-norms convert: error: --option 'dtn_gate_int=0.5': expected KEY=VALUE with KEY one of [")
     assert line.endswith("]; did you mean dtn_gate_init?") and not output.exists()
+
+
+def test_finetune_of_an_unknown_model_type_lists_the_families_it_fine_tunes(tmp_path, capsys):
+    """finetune named the registry's keys, 'clipvision' among the families it fine-tunes (it fine-tunes no task on
+    CLIP vision), and no near miss for 'xlm_roberta'; exit 2, no output folder."""
+    source = XLM_ROBERTA.save_stock(tmp_path / "xlmr")
+    saved = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**saved, "model_type": "xlm_roberta"}))
+    output = tmp_path / "out"
+    argv = ["finetune", "--model_name_or_path", str(source), "--dataset", "packaged:bbc-news", "--output_dir",
+            str(output), "--max_steps", "1", "--use_cpu"]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "hf-norms finetune: error: Model type 'xlm_roberta' is not supported (did you mean 'xlm-roberta'?): hf-norms "
+        "fine-tunes ViT, DeiT, BERT, RoBERTa, XLM-RoBERTa and DINOv2 models (model_type one of ['bert', 'bert_norm', "
+        "'deit', 'deit_norm', 'dinov2', 'dinov2_norm', 'roberta', 'roberta_norm', 'vit', 'vit_norm', 'xlm-roberta', "
+        "'xlm_roberta_norm'])."
+    )
+    assert not output.exists()

@@ -13,6 +13,7 @@ overrides it."""
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,12 +48,17 @@ CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16  # training examples a conve
 
 
 def model_family(model_type: str) -> FamilySpec:
-    """The family of a stock or hf-norms model type (`bert`, `bert_norm`)."""
+    """The family of a stock or hf-norms model type (`bert`, `bert_norm`); another is refused naming the families
+    that have a fine-tuning head and the nearest model type."""
     family = family_of(model_type)
     if family is None:
+        tunable = [spec for spec in FAMILIES.values() if spec.task_heads]
+        types = sorted(name for spec in tunable for name in (spec.stock_model_type, spec.model_type))
+        nearest = difflib.get_close_matches(model_type, types, n=1) if isinstance(model_type, str) else []
+        names = [spec.display_name for spec in tunable]
         raise FinetuneInputError(
-            f"Model type {model_type!r} is not supported: hf-norms fine-tunes {sorted(FAMILIES)} "
-            "(stock or *_norm checkpoints)."
+            f"Model type {model_type!r} is not supported{f' (did you mean {nearest[0]!r}?)' if nearest else ''}: "
+            f"hf-norms fine-tunes {', '.join(names[:-1])} and {names[-1]} models (model_type one of {types})."
         )
     return family
 
