@@ -5,23 +5,21 @@ exact; `hf-norms push` to the loopback Hub with an image-feature-extraction card
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from family_publishing import load_by_id, tree_digest
 from PIL import Image
 from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection
 
 from hf_norms import cli
 from hf_norms.conversion.convert import convert
-from hf_norms.demo import BLOCK_HF_NORMS
 
 TOKEN = "hf_clip-vision-secret-5307"
 SIZE = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,
@@ -41,12 +39,6 @@ print(json.dumps({"class": type(model).__name__, "module": type(model).__module_
 """
 
 
-def tree_digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
-    }
-
-
 def save_stock(folder: Path, stock_class: type = CLIPVisionModel) -> Path:
     """A random stock CLIP vision checkpoint (30 px, patch 2) with its image processor."""
     torch.manual_seed(0)
@@ -63,24 +55,6 @@ def save_images(folder: Path, count: int) -> Path:
         pixels = generator.uniform(0, 255, size=3) + generator.normal(0, 25, (30, 30, 3))
         Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(folder / f"{index:03d}.png")
     return folder
-
-
-def load_by_id(hub, repo_id: str, reference: Path, cwd: Path, with_hf_norms: bool) -> dict:
-    """Load `repo_id` with AutoModel in a fresh interpreter (without hf_norms: by remote code) and compare it with the
-    stock model's outputs; returns the JSON it prints."""
-    code = (
-        LOAD_BY_ID.replace("IMPORT_LINE", "import hf_norms" if with_hf_norms else "")
-        .replace("KWARGS", "{}" if with_hf_norms else "{'trust_remote_code': True}")
-        .replace("REFERENCE", repr(str(reference)))
-        .replace("REPO", repr(repo_id))
-    )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "HF_HOME": str(cwd / "hf_home"), **hub.client_env(TOKEN)}
-    env.update({key: os.environ[key] for key in ("PYTHONPATH",) if key in os.environ})
-    prefix = "" if with_hf_norms else BLOCK_HF_NORMS
-    done = subprocess.run([sys.executable, "-c", prefix + textwrap.dedent(code)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_convert_push_and_load_by_id(hub, api, monkeypatch, tmp_path):
@@ -110,7 +84,9 @@ def test_convert_push_and_load_by_id(hub, api, monkeypatch, tmp_path):
     torch.save({"pixels": pixels, **{key: stock[key] for key in ("last_hidden_state", "pooler_output")}},
                tmp_path / "reference.pt")  # fmt: skip
     for with_hf_norms in (True, False):
-        result = load_by_id(hub, "org/clip-vision-sepnorm", tmp_path / "reference.pt", tmp_path, with_hf_norms)
+        result = load_by_id(
+            hub, TOKEN, LOAD_BY_ID, "org/clip-vision-sepnorm", tmp_path / "reference.pt", tmp_path, with_hf_norms
+        )
         assert result["class"] == "CLIPVisionNormModel" and result["diff"] <= 1e-5
         assert ("transformers_modules" in result["module"]) is not with_hf_norms
 

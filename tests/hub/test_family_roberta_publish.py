@@ -5,23 +5,19 @@ and `finetune` (the Trainer) from the stock checkpoint."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from family_publishing import load_by_id, tree_digest
 from text_families import ROBERTA, XLM_ROBERTA, TextFamily, news_lines, padded_batch
 from transformers import TrainingArguments
 
 from hf_norms import cli
 from hf_norms.conversion.convert import convert
-from hf_norms.demo import BLOCK_HF_NORMS
 from hf_norms.models.family_registry import FAMILIES
 from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
 
@@ -41,30 +37,6 @@ real = reference["batch"]["attention_mask"].bool()
 diff = (logits[real] - reference["expected"][real]).abs().max().item()
 print(json.dumps({"class": type(model).__name__, "module": type(model).__module__, "diff": diff}))
 """
-
-
-def tree_digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
-    }
-
-
-def load_by_id(hub, repo_id: str, reference: Path, cwd: Path, with_hf_norms: bool) -> dict:
-    """Load `repo_id` from the loopback Hub in a fresh interpreter (without hf_norms: by remote code) and compare its
-    MLM logits on the reference batch; returns the JSON it prints."""
-    code = (
-        LOAD_BY_ID.replace("IMPORT_LINE", "import hf_norms" if with_hf_norms else "")
-        .replace("KWARGS", "{}" if with_hf_norms else "{'trust_remote_code': True}")
-        .replace("REFERENCE", repr(str(reference)))
-        .replace("REPO", repr(repo_id))
-    )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "HF_HOME": str(cwd / "hf_home"), **hub.client_env(TOKEN)}
-    env.update({key: os.environ[key] for key in ("PYTHONPATH",) if key in os.environ})
-    prefix = "" if with_hf_norms else BLOCK_HF_NORMS
-    done = subprocess.run([sys.executable, "-c", prefix + textwrap.dedent(code)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("family", TEXT_FAMILIES, ids=lambda f: f.name)
@@ -97,7 +69,7 @@ def test_convert_push_and_load_by_id(family: TextFamily, hub, api, monkeypatch, 
         expected = family.stock_class("ForMaskedLM").from_pretrained(stock_dir).eval()(**batch).logits
     torch.save({"batch": batch, "expected": expected}, tmp_path / "reference.pt")
     for with_hf_norms in (True, False):
-        result = load_by_id(hub, repo_id, tmp_path / "reference.pt", tmp_path, with_hf_norms)
+        result = load_by_id(hub, TOKEN, LOAD_BY_ID, repo_id, tmp_path / "reference.pt", tmp_path, with_hf_norms)
         assert result["class"] == family.norm_class_name("ForMaskedLM") and result["diff"] <= 1e-5
         assert ("transformers_modules" in result["module"]) is not with_hf_norms
 
