@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from dataclasses import dataclass
 from importlib import metadata
-from urllib.parse import urlsplit
 
 from .models.version_guard import NEWEST_TESTED_TRANSFORMERS, OLDEST_TRANSFORMERS, SUPPORTED_TRANSFORMERS
 from .version import VERSION
@@ -55,17 +55,30 @@ def accelerator() -> str:
     return "none (CPU only)"
 
 
+# The variables that name where HTTP requests go, each shown as it is set (requests and httpx read both cases)
+PROXY_VARIABLES = tuple(
+    spelling for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY") for spelling in (name, name.lower())
+)
+# A URL's user information: everything between the scheme (or the start) and the value's last `@`
+USERINFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?).*@", re.DOTALL)
+
+
+def without_userinfo(value: str) -> str:
+    """`value` with a URL's user and password shown as `***`: `http://user:pw@proxy:3128` -> `http://***@proxy:3128`.
+    The cut goes to the value's last `@`, so a password holding `/`, `:`, `,`, a space or `@` is hidden whole, with or
+    without a scheme (of a list, as `NO_PROXY` may be, the part up to its last `@` is hidden too)."""
+    return USERINFO.sub(r"\1***@", value)
+
+
 def endpoint_without_credentials(endpoint: str | None) -> str:
     """`HF_ENDPOINT` as a report may show it: without a `user:password@` part."""
-    if not endpoint:
-        return "not set (https://huggingface.co)"
-    parts = urlsplit(endpoint)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else endpoint
+    return without_userinfo(endpoint) if endpoint else "not set (https://huggingface.co)"
 
 
 def environment_report() -> dict[str, str]:
     """{what: value} for a bug report: hf-norms, Python, the platform, each of `LIBRARIES`, the transformers range
-    hf-norms is tested on, the accelerator and the Hub endpoint (never a token)."""
+    hf-norms is tested on, the accelerator, the Hub endpoint and the proxy variables that are set (never a token,
+    never a URL's user or password)."""
     return {
         "hf-norms": VERSION,
         "Python": platform.python_version(),
@@ -74,6 +87,7 @@ def environment_report() -> dict[str, str]:
         "tested transformers": f"{OLDEST_TRANSFORMERS} to {NEWEST_TESTED_TRANSFORMERS} ({SUPPORTED_TRANSFORMERS})",
         "accelerator": accelerator(),
         "HF_ENDPOINT": endpoint_without_credentials(os.environ.get("HF_ENDPOINT")),
+        **{name: without_userinfo(os.environ[name]) for name in PROXY_VARIABLES if os.environ.get(name)},
     }
 
 
