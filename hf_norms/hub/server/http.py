@@ -1,4 +1,4 @@
-"""The loopback Hub's HTTP layer and the `HubServer` that runs it on 127.0.0.1, standard library only.
+"""The loopback Hub's HTTP layer on aiohttp's low-level server, and the `HubServer` that runs it on 127.0.0.1.
 
 `HubServer` serves the endpoints of `routes.py` from a `store.RepoStore` folder, so uploads and
 `from_pretrained("org/name")` can be exercised without a network::
@@ -15,23 +15,32 @@ sha256 (`token_user`), so two clients with different tokens cannot read each oth
 other's namespaces; such names (in any letter case) are reserved for the tokens they come from. `messages.py` says who
 may read and write.
 
-Requests are checked from their request line and headers before any endpoint runs, and refused with 400: a request
-target (path, revision, query) or a header that holds a control character (CR, LF, NUL, ...) after URL-decoding; a
-`Content-Length` that is not one decimal number, or is larger than the endpoint's limit (`max_body_bytes`, 1 GiB unless
-set, for a commit; 16 MiB for a JSON body); a `Transfer-Encoding` that is not one `chunked`, or comes with a
-`Content-Length`. The body is read only when the endpoint asks for it, after it has checked who is asking: a request
-refused for its framing or for authorisation (401, 403, 404) is answered from its headers alone. A connection whose
-body was not read is then closed: the server stops writing and discards whatever the client still sends for at most
-`LINGER_SECONDS`, so the client can read the answer, and nothing of it is kept. Every response header value is written
-with its control and non-ASCII characters escaped, so no text from a request can split a header. URLs in answers are
-built from the address the server is bound to, never from the request's `Host` header. The listen backlog is
-`LISTEN_BACKLOG`, so a burst of clients is queued by the kernel, not reset. A body larger than `SMALL_BODY_BYTES` (or
-chunked) is read only while it holds one of `max_concurrent_writes` write slots, until its endpoint has answered, so
-memory holds that many large bodies at most; a body that waits longer than `WRITE_WAIT_SECONDS` gets 503, unread.
+aiohttp parses every request (HTTP/1.1 framing, chunked bodies, `Content-Length` and `Transfer-Encoding` checked
+strictly, request line and header lines of at most `MAX_LINE_BYTES`, at most `MAX_HEADERS` headers) and streams
+answers with back-pressure; a request it cannot parse gets a JSON 400 that echoes none of it. On top of it, this module
+keeps the Hub's bounds, one deadline per phase of a request:
+
+- headers: a connection must deliver a request's line and headers within `HEADER_SECONDS` of being opened or of its
+  previous answer, else it is closed (aiohttp's keep-alive timer, which no received byte resets); at most
+  `MAX_CONNECTIONS` connections are open at once, a further one is closed at once;
+- body: the body is read only when the endpoint asks for it, after it has checked who is asking, so a request refused
+  for authorisation (401, 403, 404) is answered from its headers alone. Its n-th byte must arrive within
+  `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE`, else 408. A body larger than `SMALL_BODY_BYTES` (or chunked) is
+  read only while it holds one of `max_concurrent_writes` write slots, until its endpoint has answered; a body that
+  waits longer than `WRITE_WAIT_SECONDS` for one gets 503, unread;
+- answer: a download is streamed from its blob on disk (a `Range` is served by seeking), and its n-th byte must be
+  taken by the client within `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE`, else the connection is closed.
+
+A connection whose body was not read to its end is closed after the answer: the server sends the answer, stops
+writing and discards what the client still sends for at most `LINGER_SECONDS`, so the client can read the answer
+(closing with unread input would reset it), and nothing of it is kept. Every response header value is written with
+its control and non-ASCII characters escaped; URLs in answers are built from the address the server is bound to,
+never from the request's `Host` header.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -42,14 +51,15 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from aiohttp import web
 
 from ...errors import HubError, InputError
 from .arguments import HubArguments
@@ -60,17 +70,18 @@ from .store import DEFAULT_USER, RepoStore
 
 logger = logging.getLogger(__name__)
 
-LINGER_SECONDS = 2.0  # how long input is discarded after answering a request whose body was not read
-LISTEN_BACKLOG = 128  # connections the kernel accepts before the server thread takes them (socketserver's is 5)
-SMALL_BODY_BYTES = 1 << 20  # a body up to this size is read at once; a larger one waits for a write slot
-WRITE_WAIT_SECONDS = 120.0  # how long a large body waits for a write slot before it gets 503
-BODY_GRACE_SECONDS = 30.0  # a body must arrive within this time plus its size at MIN_BODY_RATE, else 408
+HEADER_SECONDS = 20.0  # a request's line and headers must arrive within this, from the connection or the last answer
+BODY_GRACE_SECONDS = 30.0  # the n-th byte of a body (sent or received) is due this long plus n bytes at MIN_BODY_RATE
 MIN_BODY_RATE = 1 << 20  # bytes per second
-_PIECE_BYTES = 1 << 20  # how much of a body one read asks for
-_DISCARD_BYTES = 1 << 16
-_MAX_LINE = 65536  # the longest chunk-size or trailer line read
-_DECIMAL = re.compile(r"[0-9]{1,19}")
-_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+WRITE_WAIT_SECONDS = 120.0  # how long a large body waits for a write slot before it gets 503
+SMALL_BODY_BYTES = 1 << 20  # a body up to this size is read at once; a larger one waits for a write slot
+LINGER_SECONDS = 2.0  # how long input is discarded after answering a request whose body was not read
+MAX_CONNECTIONS = 256  # open connections; a further one is closed as soon as it is accepted
+MAX_LINE_BYTES = 8190  # the request line and each header line (aiohttp's default)
+MAX_HEADERS = 64
+LISTEN_BACKLOG = 128  # connections the kernel queues before the server takes them
+WORKERS = 32  # endpoints (file I/O, JSON) running at once; their requests' bodies are read on the event loop
+_PIECE_BYTES = 256 << 10  # how much of a download is read from disk and written at once
 _TOKEN_USER = re.compile(r"user-[0-9a-f]{16}")
 
 
@@ -89,227 +100,181 @@ class _Failure:
     method: str | None
 
 
-@dataclass(frozen=True)
-class _Framing:
-    """How a request's body is delimited, from its headers: `length` bytes, chunked, or no body (length 0)."""
+def _escaped(headers: dict[str, str]) -> dict[str, str]:
+    """Header values with their control and non-ASCII characters escaped (`\\r`, `\\n`, `\\x00`, `\\xe9`), and a
+    request id."""
+    return {**{key: value.encode("unicode_escape").decode("ascii") for key, value in headers.items()},
+            "X-Request-Id": uuid.uuid4().hex}  # fmt: skip
 
-    length: int = 0
-    chunked: bool = False
+
+class _Refused(asyncio.Protocol):
+    """A connection past `MAX_CONNECTIONS`: closed as soon as it is accepted."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One request: check its target and headers, route it, run its endpoint (which reads the body only if it gets
-    that far), and write the `messages.Response` back."""
+class _Connection(web.RequestHandler):
+    """aiohttp's connection handler, with the hub's answer to a request that aiohttp cannot parse."""
 
-    server: _HTTPServer
-    protocol_version = "HTTP/1.1"
-    timeout = 60  # seconds an idle keep-alive connection is kept open
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        """A JSON error that names the fault without quoting the request (a header may hold a token), logged without
+        it either; the connection is closed."""
+        if status == 400:
+            fault = (message or "").split(":", 1)[0].strip()[:100] or "malformed request"
+            text = f"Malformed request ({fault}): send HTTP/1.1 with valid framing and no control characters"
+        else:
+            text = "Internal server error"
+        logger.debug("Hub server refused a request it could not parse: %s", text)
+        answer = web.Response(
+            status=status, headers=_escaped({"X-Error-Message": text}), content_type="application/json"
+        )
+        answer.body = json.dumps({"error": text}).encode()
+        answer.force_close()
+        return answer
 
-    def do_GET(self) -> None:
-        self._dispatch("GET")
 
-    def do_HEAD(self) -> None:
-        self._dispatch("HEAD")
+class _Transport:
+    """What one served hub runs on: aiohttp's low-level server on an event loop in a thread, and the worker threads
+    that run the endpoints (synchronous file and JSON work) while their bodies are read on the loop."""
 
-    def do_POST(self) -> None:
-        self._dispatch("POST")
+    def __init__(self, hub: HubServer, sock: socket.socket) -> None:
+        self.hub = hub
+        self.loop = asyncio.new_event_loop()
+        self.workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="hf-norms-hub")
+        self.settings = {"keepalive_timeout": HEADER_SECONDS, "lingering_time": LINGER_SECONDS, "access_log": None,
+                         "max_line_size": MAX_LINE_BYTES, "max_field_size": MAX_LINE_BYTES, "max_headers": MAX_HEADERS}  # fmt: skip
+        self.server = web.Server(self.handle, loop=self.loop)
+        self.listener = self.loop.run_until_complete(self.loop.create_server(self.connection, sock=sock))
+        self.thread = threading.Thread(target=self.loop.run_forever, name="hf-norms-hub", daemon=True)
+        self.thread.start()
 
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
+    def connection(self) -> asyncio.Protocol:
+        """The protocol of a new connection: aiohttp's, or `_Refused` when `MAX_CONNECTIONS` are open."""
+        if len(self.server.connections) >= MAX_CONNECTIONS:
+            return _Refused()
+        return _Connection(self.server, loop=self.loop, **self.settings)
 
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
+    def close(self) -> None:
+        """Stop listening, cut every connection, stop the loop and let running endpoints finish."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Route access logs to `logging` at debug level (request line and status only, never headers)."""
-        logger.debug("%s " + format, self.address_string(), *args)
+        async def shut() -> None:
+            self.listener.close()
+            await self.server.shutdown(1.0)
 
-    def _dispatch(self, method: str) -> None:
-        self._body_pending = False  # a body was announced and is not read (yet)
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.workers.shutdown(wait=False, cancel_futures=True)
+        self.loop.close()
+
+    async def handle(self, web_request: web.BaseRequest) -> web.StreamResponse:
+        """Run the request's endpoint in a worker thread, then send its answer. A connection whose body was not read
+        to its end is closed after the answer, half-closed first so that the client reads it."""
+        if web_request.headers.get("Transfer-Encoding", "chunked").strip().lower() != "chunked":  # aiohttp: no body
+            error = HubError(400, "Transfer-Encoding must be one 'chunked', without a Content-Length", "BadRequest")
+            response, unread = error_response(error), True
+        else:
+            response = await self.loop.run_in_executor(self.workers, self.answer, web_request)
+            unread = not web_request.content.at_eof()
+        if response.file is None:
+            answer = web.Response(status=response.status, headers=_escaped(response.headers),
+                                  content_type="application/json")  # fmt: skip
+            answer.body = json.dumps(response.payload).encode()
+        else:
+            answer = web.StreamResponse(status=response.status, headers=_escaped(response.headers))
+            answer.content_type = "application/octet-stream"
+            answer.content_length = response.span[1] + 1 - response.span[0]
+        if unread:
+            answer.force_close()
+        started = self.loop.time()
+        await answer.prepare(web_request)
         try:
-            response = self._answer(method)  # a broken connection (timeout, reset) propagates: http.server closes it
-        except HubError as err:
-            response = error_response(err)
-        except Exception:
-            logger.exception("Hub server error on %s %r", method, self.path)
-            response = error_response(HubError(500, "Internal server error"))
-        if self._body_pending:  # answered without reading the body: where this request ends is not known
-            self.close_connection = True
-        self._send(response)
+            if response.file is not None and web_request.method != "HEAD":
+                await self.send_file(answer, response.file, response.span, started)
+            await answer.write_eof()
+        except (asyncio.TimeoutError, ConnectionError):  # the client does not take the answer, or is gone
+            if web_request.transport is not None:
+                web_request.transport.abort()
+            return answer
+        if unread and web_request.transport is not None:
+            web_request.transport.write_eof()
+        return answer
 
-    def _answer(self, method: str) -> Response:
-        """Check the request's framing, target and headers, route it, then run its endpoint (or an injected failure)
-        with the body left unread until the endpoint asks for it: its size is checked then, after the endpoint has
-        checked who is asking. The framing comes first, so that a body left unread by any refusal closes the
-        connection rather than being read as the next request."""
-        framing = self._framing()
-        self._body_pending = framing.chunked or framing.length > 0
-        check_text(unquote(self.path), "request target")
-        for name, value in self.headers.items():
+    async def send_file(self, answer: web.StreamResponse, blob: Path, span: tuple[int, int], started: float) -> None:
+        """Stream the bytes `span` (inclusive) of `blob` from disk, its n-th byte due at `started` plus
+        `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE`."""
+        start, end = span
+        with blob.open("rb") as file:
+            file.seek(start)
+            for offset in range(start, end + 1, _PIECE_BYTES):
+                piece = file.read(min(_PIECE_BYTES, end + 1 - offset))
+                due = started + BODY_GRACE_SECONDS + (offset + len(piece) - start) / MIN_BODY_RATE
+                await asyncio.wait_for(answer.write(piece), due - self.loop.time())
+
+    def answer(self, web_request: web.BaseRequest) -> Response:
+        """The endpoint's answer to the request (in a worker thread), or the error that refused it."""
+        try:
+            return self.run_endpoint(web_request)
+        except HubError as err:
+            return error_response(err)
+        except Exception:
+            logger.exception("Hub server error on %s %r", web_request.method, web_request.raw_path)
+            return error_response(HubError(500, "Internal server error"))
+
+    def run_endpoint(self, web_request: web.BaseRequest) -> Response:
+        """Check the request's target and headers, route it, then run its endpoint (or an injected failure) with the
+        body left unread until the endpoint asks for it, after it has checked who is asking."""
+        check_text(unquote(web_request.raw_path), "request target")
+        for name, value in web_request.headers.items():
             if CONTROL_CHARACTERS.search(name + value.replace("\t", " ")):  # the value is not echoed: maybe a token
                 raise HubError(400, f"Header {name!r} holds a control character (CR, LF, NUL, ...)", "BadRequest")
-        url = urlsplit(self.path)
-        found, params = route(method, url.path)
-        limit = self.server.hub.max_body_bytes
-        limit = limit if found.commit_body else min(limit, JSON_BODY_BYTES)
-        injected = self.server.hub.take_failure(method, url.path)
+        url = urlsplit(web_request.raw_path)
+        found, params = route(web_request.method, url.path)
+        limit = self.hub.max_body_bytes if found.commit_body else min(self.hub.max_body_bytes, JSON_BODY_BYTES)
+        injected = self.hub.take_failure(web_request.method, url.path)
         if injected is not None:
             raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
-        request = Request(method, params, parse_qs(url.query), self.headers, self.server.hub)
+        request = Request(web_request.method, params, parse_qs(url.query), web_request.headers, self.hub)
         with contextlib.ExitStack() as slot:  # a large body's write slot, held until its endpoint has answered
-            request.read_body = lambda: self._read_body(framing, limit, slot)
+            request.read_body = lambda: self.read_body(web_request, limit, slot)
             return found.endpoint(request)
 
-    def _framing(self) -> _Framing:
-        """The body's framing from `Content-Length` / `Transfer-Encoding`; 400 (connection closed) when there is more
-        than one of either, both, a length that is not a decimal number, or an encoding other than `chunked`."""
-        lengths = self.headers.get_all("Content-Length") or []
-        encodings = self.headers.get_all("Transfer-Encoding") or []
-        if encodings:
-            if len(encodings) > 1 or encodings[0].strip().lower() != "chunked" or lengths:
-                self._refuse_body("Transfer-Encoding must be one 'chunked', without a Content-Length")
-            return _Framing(chunked=True)
-        if not lengths:
-            return _Framing()
-        if len(lengths) > 1 or not _DECIMAL.fullmatch(lengths[0].strip()):
-            self._refuse_body(f"Content-Length must be one decimal number of bytes, not {', '.join(lengths)!r}")
-        return _Framing(length=int(lengths[0]))
+    def read_body(self, web_request: web.BaseRequest, limit: int, slot: contextlib.ExitStack) -> bytearray:
+        """The request body (from a worker thread); 400 without reading it when it announces more than `limit` bytes
+        (a chunked body, once it passes the limit). A large or chunked body is read once it holds a write slot."""
+        length = web_request.content_length
+        if length is not None and length > limit:
+            raise HubError(400, f"The request body ({length} bytes) is larger than this endpoint's limit of {limit} "
+                                "bytes", "BadRequest")  # fmt: skip
+        if length is None or length > SMALL_BODY_BYTES:
+            slot.enter_context(self.hub.write_slot())
+        return asyncio.run_coroutine_threadsafe(self.receive(web_request, length, limit), self.loop).result()
 
-    def _read_body(self, framing: _Framing, limit: int, slot: contextlib.ExitStack) -> bytearray:
-        """The request body; 400 without reading it when it announces more than `limit` bytes (a chunked body, once
-        it passes the limit). A body larger than `SMALL_BODY_BYTES`, or chunked, is read once it holds one of the
-        hub's write slots (entered on `slot`), so only `max_concurrent_writes` of them are in memory at once. The body
-        must arrive within `BODY_GRACE_SECONDS` plus its size at `MIN_BODY_RATE` (408 otherwise), so a client that
-        trickles it cannot hold a slot for long."""
-        if framing.length > limit:
-            self._refuse_body(f"The request body ({framing.length} bytes) is larger than this endpoint's limit "
-                              f"of {limit} bytes")  # fmt: skip
-        if framing.chunked or framing.length > SMALL_BODY_BYTES:
-            slot.enter_context(self.server.hub.write_slot())
-        self._body_pending = False
-        deadline = (
-            time.monotonic() + BODY_GRACE_SECONDS + (limit if framing.chunked else framing.length) / MIN_BODY_RATE
-        )
-        try:
-            body = (
-                self._read_chunked(limit, deadline) if framing.chunked else self._read_exactly(framing.length, deadline)
-            )
-        except TimeoutError:
-            self._body_pending = True
-            raise HubError(408, "The request body did not arrive in time: send it at 1 MiB/s or faster") from None
-        finally:
-            self.connection.settimeout(self.timeout)
-        if len(body) < framing.length:
-            self._refuse_body(f"The body ended after {len(body)} of its {framing.length} bytes")
-        return body
-
-    def _read_exactly(self, size: int, deadline: float) -> bytearray:
-        """`size` bytes of the body (fewer when the client closes first), read into one buffer; TimeoutError when they
-        have not all arrived by `deadline` (a `time.monotonic()` time)."""
-        data, got = bytearray(size), 0
-        with memoryview(data) as view:
-            while got < size:
-                self.connection.settimeout(max(deadline - time.monotonic(), 0.001))  # TimeoutError at the deadline
-                count = self.rfile.readinto(view[got : got + _PIECE_BYTES])
-                if not count:
-                    break
-                got += count
-        del data[got:]
-        return data
-
-    def _read_chunked(self, limit: int, deadline: float) -> bytearray:
-        """A `Transfer-Encoding: chunked` body (chunk extensions and trailers are read and ignored)."""
-        body = bytearray()
-        while True:
-            self.connection.settimeout(max(deadline - time.monotonic(), 0.001))
-            size_field = self.rfile.readline(_MAX_LINE).split(b";")[0].strip()
-            if not _CHUNK_SIZE.fullmatch(size_field):
-                self._refuse_body(f"Bad chunk size {size_field[:40]!r}: a chunked body needs hexadecimal sizes")
-            size = int(size_field, 16)
-            if size == 0:
-                break
-            if len(body) + size > limit:
-                self._refuse_body(f"The request body (over {limit} bytes) is larger than this endpoint's limit")
-            chunk = self._read_exactly(size, deadline)
-            body += chunk
-            if len(chunk) < size or self.rfile.readline(_MAX_LINE).strip():
-                self._refuse_body("A chunk is shorter than its size")
-        while self.rfile.readline(_MAX_LINE).strip():  # trailers, up to the blank line
-            self.connection.settimeout(max(deadline - time.monotonic(), 0.001))
-        return body
-
-    def _refuse_body(self, message: str) -> None:
-        """Answer 400 without reading on: where this request's body ends is unknown, so the connection is closed."""
-        self._body_pending = True
-        raise HubError(400, message, "BadRequest")
-
-    def finish(self) -> None:
-        """After the last answer of a connection that closes with input unread, stop writing and discard what the
-        client still sends, for at most `LINGER_SECONDS`: closing a socket with unread input resets the connection,
-        and with it the answer the client has not read yet (a client that writes its whole body before reading, as
-        `http.client` and `httpx` do, would see a reset instead of the 401). Nothing is kept, so memory stays flat."""
-        super().finish()
-        if not getattr(self, "_body_pending", False):
-            return
-        try:
-            self.connection.shutdown(socket.SHUT_WR)
-            deadline = time.monotonic() + LINGER_SECONDS
-            while (left := deadline - time.monotonic()) > 0:
-                self.connection.settimeout(left)
-                if not self.connection.recv(_DISCARD_BYTES):
-                    break
-        except OSError:  # the client is gone, or the time is up
-            pass
-
-    def _send(self, response: Response) -> None:
-        if response.content is not None:
-            body, content_type = response.content, "application/octet-stream"
-        else:
-            body, content_type = json.dumps(response.payload).encode(), "application/json; charset=utf-8"
-        self.send_response(response.status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body) if response.size is None else response.size))
-        self.send_header("X-Request-Id", uuid.uuid4().hex)
-        for key, value in response.headers.items():
-            self.send_header(key, value.encode("unicode_escape").decode("ascii"))  # `\r`, `\n`, `\x00`, `\xe9`
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that knows its `HubServer` and can cut its open keep-alive connections."""
-
-    request_queue_size = LISTEN_BACKLOG
-
-    def __init__(self, address: tuple[str, int], hub: HubServer) -> None:
-        self.hub = hub
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, address = super().get_request()
-        with self._connections_lock:
-            self._connections.add(sock)
-        return sock, address
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        """Shut down every open client connection, so handler threads end and clients see the server gone."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for sock in connections:
+    async def receive(self, web_request: web.BaseRequest, length: int | None, limit: int) -> bytearray:
+        """Read the body into one buffer, its n-th byte due `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE`
+        from now (408); 400 when it passes `limit`, ends early or its chunked framing is malformed."""
+        started, body, content = self.loop.time(), bytearray(length or 0), web_request.content
+        got = 0
+        while not content.at_eof():
+            due = started + BODY_GRACE_SECONDS + (got + 1) / MIN_BODY_RATE
             try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+                piece = await asyncio.wait_for(content.readany(), due - self.loop.time())
+            except asyncio.TimeoutError:
+                raise HubError(408, "The request body did not arrive in time: send it at 1 MiB/s or faster") from None
+            except (ConnectionError, web.RequestPayloadError):
+                raise HubError(400, "The request body ended early, or its chunked framing is malformed",
+                               "BadRequest") from None  # fmt: skip
+            if got + len(piece) > limit:
+                raise HubError(400, f"The request body is larger than this endpoint's limit of {limit} bytes",
+                               "BadRequest")  # fmt: skip
+            body[got : got + len(piece)] = piece  # within the announced length: in place, else appended
+            got += len(piece)
+        if length is not None and got < length:
+            raise HubError(400, f"The body ended after {got} of its {length} bytes", "BadRequest")
+        return body
 
 
 class HubServer:
@@ -334,40 +299,34 @@ class HubServer:
         self.max_concurrent_writes = arguments.max_concurrent_writes
         self._write_slots = threading.BoundedSemaphore(arguments.max_concurrent_writes)
         self._port = arguments.port
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._transport: _Transport | None = None
+        self._address: tuple[str, int] | None = None
         self._failures: list[_Failure] = []
         self._failures_lock = threading.Lock()
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def start(self) -> HubServer:
         """Bind 127.0.0.1 and serve in a background thread; returns self."""
-        if self._httpd is not None:
+        if self._transport is not None:
             raise RuntimeError("HubServer is already running")
         try:  # bound before the root is made: a port in use leaves nothing behind
-            self._httpd = _HTTPServer(("127.0.0.1", self._port), self)
+            sock = socket.create_server(("127.0.0.1", self._port), backlog=LISTEN_BACKLOG)
         except OSError as error:
             raise InputError(
-                f"Cannot listen on 127.0.0.1:{self._port} ({error.strerror}): choose another --port, or 0 for any "
+                f"Cannot listen on 127.0.0.1:{self._port} ({os.strerror(error.errno)}): choose another --port, or 0 for any "
                 "free one."
             ) from None
+        self._address = sock.getsockname()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hf-norms-hub", daemon=True
-        )
-        self._thread.start()
+        self._transport = _Transport(self, sock)
         logger.info("Hub server listening on %s (root %s)", self.url, self.root)
         return self
 
     def stop(self) -> None:
         """Stop serving and close the socket; removes the root folder if the server created it."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd.close_connections()
-            if self._thread is not None:
-                self._thread.join()
-            self._httpd = self._thread = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -380,9 +339,9 @@ class HubServer:
     @property
     def url(self) -> str:
         """`http://127.0.0.1:<port>`, the value for `HF_ENDPOINT` or `HfApi(endpoint=...)`."""
-        if self._httpd is None:
+        if self._transport is None or self._address is None:
             raise RuntimeError("HubServer is not running")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self._address[1]}"
 
     def client_env(self, token: str | None = None) -> dict[str, str]:
         """Environment variables pointing `huggingface_hub`/`transformers` at this server (merge into os.environ)."""

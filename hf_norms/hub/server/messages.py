@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ...errors import HubError
@@ -116,13 +117,14 @@ class Request:
 
 @dataclass
 class Response:
-    """An answer: JSON (`payload`) or raw bytes (`content`), with extra headers; `size` answers a HEAD."""
+    """An answer: JSON (`payload`), or the bytes `span` (first and last, inclusive) of the file `file`, streamed from
+    disk; with extra headers."""
 
     status: int = 200
     payload: Any = None
-    content: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    size: int | None = None
+    file: Path | None = None
+    span: tuple[int, int] = (0, -1)
 
 
 def error_response(error: HubError, headers: dict[str, str] | None = None) -> Response:

@@ -185,18 +185,15 @@ def resolve(request: Request) -> Response:
         error = HubError(404, f"Entry not found: {request.params['path']}", "EntryNotFound")
         return error_response(error, {"X-Repo-Commit": sha})
     headers = {"X-Repo-Commit": sha, "ETag": f'"{info["oid"]}"', "Accept-Ranges": "bytes"}
-    if request.method == "HEAD":
-        return Response(headers=headers, size=info["size"])
-    content = request.hub.store.read_blob(info["oid"])
+    blob, size = request.hub.store.blob_path(info["oid"]), info["size"]
     try:
-        span = byte_range(request.headers.get("Range"), info["size"])
+        span = byte_range(request.headers.get("Range") if request.method == "GET" else None, size)
     except HubError as err:
-        return error_response(err, {**headers, "Content-Range": f"bytes */{info['size']}"})
+        return error_response(err, {**headers, "Content-Range": f"bytes */{size}"})
     if span is None:
-        return Response(content=content, headers=headers)
-    start, end = span
-    headers["Content-Range"] = f"bytes {start}-{end}/{info['size']}"
-    return Response(206, content=content[start : end + 1], headers=headers)
+        return Response(headers=headers, file=blob, span=(0, size - 1))
+    headers["Content-Range"] = f"bytes {span[0]}-{span[1]}/{size}"
+    return Response(206, headers=headers, file=blob, span=span)
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
