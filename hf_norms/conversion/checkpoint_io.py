@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 from ..errors import ConversionError
 from ..models.norm_registry import STOCK
 from ..output_folders import move_aside
-from ..readers import read_json_object
+from ..readers import JSON_LIMIT, parse_json, read_json_object
 from .config_checks import check_source_config
 from .trainer_state import check_trainer_state, check_training_files
 
@@ -241,15 +240,13 @@ def safetensors_layout(path: Path) -> dict[str, StoredTensor]:
         if len(head) < 8:
             raise ConversionError(f"{path} is truncated ({size} bytes): not a safetensors file; re-download it.")
         (header_size,) = struct.unpack("<Q", head)
-        if header_size > size - 8:
+        if header_size > min(size - 8, JSON_LIMIT):
             raise ConversionError(
                 f"{path} is truncated or corrupt (header of {header_size} bytes in a {size}-byte file)."
             )
-        try:
-            header = json.loads(stream.read(header_size))
-        except (ValueError, RecursionError) as error:  # RecursionError: arrays nested thousands deep
-            reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-            raise ConversionError(f"{path} has a corrupt safetensors header ({reason}); re-download it.") from None
+        header = parse_json(
+            stream.read(header_size), f"{path}'s safetensors header", "the file is corrupt: re-download it"
+        )
     if not isinstance(header, dict):
         raise ConversionError(f"{path} has a safetensors header that is not a JSON object; the file is corrupt.")
     metadata = header.get("__metadata__", {})

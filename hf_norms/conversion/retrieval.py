@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import torch
 from torch import nn
 
 from .. import packaged
+from ..readers import read_json, read_json_object
 
 RETRIEVAL_SETS = ("in_domain", "out_of_domain")
 SET_NAMES = {
@@ -96,12 +96,13 @@ def sentence_pooling(folder: str | Path | None) -> str | None:
     folder, or a pooling that is none of these alone (weighted mean, last token, several modes concatenated)."""
     if not is_sentence_transformer(folder):
         return None
-    modules = json.loads((Path(folder) / "modules.json").read_text())
+    fix = "re-download the sentence-transformers files"
+    modules = read_json(Path(folder) / "modules.json", fix)
     paths = [m.get("path", "") for m in modules if m.get("type", "").endswith("models.Pooling")]
     config = Path(folder) / (paths[0] if paths else "missing") / "config.json"
     if not config.is_file():
         return None
-    modes = [key for key, on in json.loads(config.read_text()).items() if key.startswith("pooling_mode") and on is True]
+    modes = [key for key, on in read_json_object(config, fix).items() if key.startswith("pooling_mode") and on is True]
     return POOLING_MODES.get(modes[0]) if len(modes) == 1 else None
 
 

@@ -9,7 +9,6 @@ from those files is absent from the card.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -17,14 +16,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import ModelCard
-
-from .. import packaged
+from .. import packaged, readers
 from ..conversion.sources import sentence_transformers_max_length
 from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_of
 from ..models.family_spec import FamilySpec
 from ..models.norm_options import NormOptions
 from ..models.norm_registry import STOCK
+from ..readers import card_metadata_of
 from ..version import VERSION
 from .arguments import CardArguments
 
@@ -198,8 +196,8 @@ def saved_without_pooler(folder: Path, architecture: str) -> bool:
 
 
 def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The JSON value in `path`, read bounded (`readers.read_json`)."""
+    return readers.read_json(path, "fix or remove the file")
 
 
 def non_default_norm_options(config: dict[str, Any]) -> dict[str, Any]:
@@ -248,13 +246,6 @@ def source_card_data(report: dict[str, Any] | None) -> dict[str, Any]:
     """Metadata of the source checkpoint's README.md when the report names a local folder that has one."""
     source = (report or {}).get("source")
     return card_metadata_of(Path(source) / "README.md") if source else {}
-
-
-def card_metadata_of(path: Path | None) -> dict[str, Any]:
-    """The YAML metadata of the card at `path` ({} when there is none, or none that parses)."""
-    if path is None or not path.is_file():
-        return {}
-    return ModelCard.load(path, ignore_metadata_errors=True).data.to_dict()
 
 
 def looks_like_repo_id(value: str | None) -> bool:

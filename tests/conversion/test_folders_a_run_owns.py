@@ -287,7 +287,8 @@ def test_heal_checks_its_inputs_before_it_makes_its_work_folder(sentence_model, 
     first.write_text(deep + "\n" + '{"text": "a text"}\n' * 8)
     later.write_text('{"text": "a text"}\n' + deep + "\n" + '{"text": "a text"}\n' * 8)
     pooling = folder / "1_Pooling" / "config.json"
-    for data, expected in ((first, f"{first} is not JSON Lines"), (later, f"{later}: the line at byte 19")):
+    deep_line = "the line is nested too deeply (more than 64 levels)"
+    for data, expected in ((first, f"{first}, line 1: {deep_line}"), (later, f"{later}, line 2: {deep_line}")):
         before = tree_digest(tmp_path)
         status, err = run(heal_args(folder, data, "--max-length", "16"), capsys)
         assert_refused(status, err, expected)

@@ -8,8 +8,9 @@ JavaScript parser applies it, on PyYAML's safe loader.
 - Digits are bounded: an integer of more than `MAX_INTEGER_DIGITS` significant digits is read as a float, as the
   Hub's JavaScript reads every number (infinite, hence null in JSON, beyond the float range), so no value needs
   quadratic work to read or to write out as JSON.
-- Aliases (`*name`, which could expand a few bytes into gigabytes), collections nested deeper than `MAX_CARD_DEPTH`
-  and metadata of more than `MAX_CARD_NODES` values are refused as the parser meets them, before the rest is read.
+- Anchors and aliases (`*name`, which could expand a few bytes into gigabytes), collections nested deeper than
+  `MAX_CARD_DEPTH` and metadata of more than `MAX_CARD_NODES` values are refused as the parser meets them, before the
+  rest is read: the loader is `readers.bounded_yaml_loader`, the one that reads every YAML text hf-norms reads.
 
 PyYAML (a dependency of huggingface_hub and transformers) is imported when the first card is read.
 """
@@ -20,8 +21,10 @@ import functools
 import re
 from typing import Any
 
-MAX_CARD_DEPTH = 64  # collections nested deeper are refused
-MAX_CARD_NODES = 10_000  # scalars, lists and mappings in one card's metadata
+from ...readers import JSON_DEPTH, YAML_NODES, bounded_yaml_loader
+
+MAX_CARD_DEPTH = JSON_DEPTH  # collections nested deeper are refused
+MAX_CARD_NODES = YAML_NODES  # scalars, lists and mappings in one card's metadata
 MAX_INTEGER_DIGITS = 64  # an integer with more significant digits is read as a float
 _NULL = re.compile(r"null|Null|NULL|~|")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -72,39 +75,9 @@ def core_float(text: str) -> float | None:
 
 @functools.cache
 def _card_loader(yaml: Any) -> type:
-    """PyYAML's safe loader with the core schema's resolvers and constructors, refusing aliases, nesting deeper than
-    `MAX_CARD_DEPTH` and more than `MAX_CARD_NODES` nodes."""
-    resolver, constructor = _core_resolver(yaml), _core_constructor(yaml)
-
-    class CardLoader(
-        yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer, constructor, resolver
-    ):  # fmt: skip
-        """The loader of card metadata; counts the nodes and the depth it composes."""
-
-        def __init__(self, stream: str) -> None:
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
-            yaml.composer.Composer.__init__(self)
-            constructor.__init__(self)
-            resolver.__init__(self)
-            self.depth = self.nodes = 0
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                raise yaml.YAMLError("aliases are not accepted in card metadata")
-            self.nodes += 1
-            if self.nodes > MAX_CARD_NODES:
-                raise yaml.YAMLError(f"card metadata holds more than {MAX_CARD_NODES} values")
-            if self.depth >= MAX_CARD_DEPTH:
-                raise yaml.YAMLError(f"card metadata nests deeper than {MAX_CARD_DEPTH} levels")
-            self.depth += 1
-            try:
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
-
-    return CardLoader
+    """The bounded loader of `readers` (anchors and aliases, nesting deeper than `MAX_CARD_DEPTH` and more than
+    `MAX_CARD_NODES` nodes refused) with the core schema's resolvers and constructors."""
+    return bounded_yaml_loader(_core_constructor(yaml), _core_resolver(yaml), "card metadata")
 
 
 def _core_resolver(yaml: Any) -> type:
