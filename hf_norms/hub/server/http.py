@@ -163,6 +163,10 @@ class _Transport:
         async def shut() -> None:
             self.listener.close()
             await self.server.shutdown(1.0)
+            rest = asyncio.all_tasks() - {asyncio.current_task()}  # connections that were still opening
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shut(), self.loop).result()
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -237,7 +241,7 @@ class _Transport:
         injected = self.hub.take_failure(web_request.method, url.path)
         if injected is not None:
             raise HubError(injected, f"Injected failure ({injected}) for {url.path}")
-        request = Request(web_request.method, params, parse_qs(url.query), web_request.headers, self.hub)
+        request = Request(web_request.method, params, parse_qs(url.query), web_request.headers, self.hub, url.path)
         with contextlib.ExitStack() as slot:  # a large body's write slot, held until its endpoint has answered
             request.read_body = lambda: self.read_body(web_request, limit, slot)
             return found.endpoint(request)

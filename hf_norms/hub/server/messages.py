@@ -34,14 +34,15 @@ class Hub(Protocol):
 
 @dataclass
 class Request:
-    """One request, parsed: `params` are the URL-decoded path parameters of its route; `read_body` reads the body
-    (once, when `body` is first asked for)."""
+    """One request, parsed: `params` are the URL-decoded path parameters of its route, `path` the URL's path as sent;
+    `read_body` reads the body (once, when `body` is first asked for)."""
 
     method: str
     params: dict[str, str]
     query: dict[str, list[str]]
     headers: Mapping[str, str]
     hub: Hub
+    path: str = ""  # the URL's path, as sent
     read_body: Callable[[], bytes] = bytes
     _body: bytes | None = field(default=None, init=False, repr=False)
 
@@ -109,10 +110,10 @@ class Request:
         repo = repo_ref(self.params.get("repo_type", ""), self.params["ns"], self.params["name"])
         return self.owned_repo(repo, "write to")
 
-    def commit_files(self, repo: RepoRef, revision: str) -> tuple[str, dict[str, dict[str, Any]]]:
-        """The commit sha `revision` resolves to, and that commit's `{path: {oid, size}}` tree."""
+    def commit_tree(self, repo: RepoRef, revision: str) -> tuple[str, str]:
+        """The commit sha `revision` resolves to, and the oid of that commit's root folder (`trees`)."""
         sha = self.hub.store.resolve(repo, revision)
-        return sha, self.hub.store.commit_record(repo, sha)["files"]
+        return sha, self.hub.store.commit_tree(repo, sha)
 
 
 @dataclass

@@ -19,6 +19,8 @@ from ...errors import HubError
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FORBIDDEN_FOLDERS = (".git", ".cache")  # huggingface_hub refuses to commit into these
+MAX_PATH_CHARACTERS = 1000  # a file path in a repo
+MAX_PATH_DEPTH = 32  # segments of a file path: folders in folders
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _FLAG_VALUES = {"1": True, "true": True, "0": False, "false": False}
 _KIND_NAMES = {str: "a string", bool: "true or false", list: "a list", dict: "an object", int: "a whole number"}
@@ -62,9 +64,13 @@ def check_text(value: str, what: str) -> str:
 
 def check_repo_path(path: Any) -> str:
     """Validate a file path inside a repo as huggingface_hub does before it uploads: a relative POSIX path with no
-    empty, `.` or `..` segment, no backslash, no control character and no `.git`/`.cache` folder; returns it."""
+    empty, `.` or `..` segment, no backslash, no control character and no `.git`/`.cache` folder; and, as this hub
+    bounds them, at most `MAX_PATH_CHARACTERS` characters in at most `MAX_PATH_DEPTH` segments; returns it."""
     if not isinstance(path, str):
         raise bad_request(f"Invalid path in repo: {path!r} is not a string")
+    if len(path) > MAX_PATH_CHARACTERS or path.count("/") >= MAX_PATH_DEPTH:
+        raise bad_request(f"Invalid path in repo: {path[:80]!r}... is longer than {MAX_PATH_CHARACTERS} characters "
+                          f"or deeper than {MAX_PATH_DEPTH} folders")  # fmt: skip
     parts = path.split("/")
     if (
         not path

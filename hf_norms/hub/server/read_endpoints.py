@@ -7,16 +7,21 @@ carry what the Hub derives from a model's card and weights (`metadata.model_fact
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from ...errors import HubError
 from .messages import Request, Response, error_response
 from .metadata import model_facts
-from .payloads import bad_request, json_field, json_strings, query_count
-from .store import DEFAULT_BRANCH, RepoRef, path_entry, tree_entries
+from .payloads import MAX_PATH_CHARACTERS, bad_request, json_field, json_strings, query_count
+from .store import DEFAULT_BRANCH, RepoRef
+from .trees import Entry
 
+PAGE_ENTRIES = 1000  # a page of a tree listing, of a repo's commits and of a repo listing, as the Hub pages them
+MAX_PATHS_PER_REQUEST = 1000  # paths one paths-info request may ask about
 _BYTE_RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*")
 
 
@@ -48,7 +53,7 @@ def repo_summary(request: Request, repo: RepoRef, meta: dict[str, Any], revision
     repo at its default branch: with `?blobs=true`, sizes and blob ids of the files."""
     store = request.hub.store
     sha = store.resolve(repo, revision)
-    record = store.commit_record(repo, sha)
+    record, tree_oid = store.commit_record(repo, sha), store.commit_tree(repo, sha)
     with_blobs = request.flag("blobs")
     info = {
         "_id": hashlib.sha1(repo.web_path.encode()).hexdigest()[:24],
@@ -64,13 +69,34 @@ def repo_summary(request: Request, repo: RepoRef, meta: dict[str, Any], revision
         "likes": 0,
         "tags": [],
         "siblings": [
-            {"rfilename": path, **({"size": f["size"], "blobId": f["oid"]} if with_blobs else {})}
-            for path, f in record["files"].items()
+            {"rfilename": path, **({"size": size, "blobId": oid} if with_blobs else {})}
+            for path, oid, size in store.trees.files(tree_oid)
         ],
     }
     if repo.type == "model":
-        info.update(modelId=repo.id, **model_facts(record["files"], store.blob_path))
+        root = {name: {"oid": e[1], "size": e[2]} for name, e in store.trees.read(tree_oid).items() if e[0] == "file"}
+        info.update(modelId=repo.id, **model_facts(root, store.blob_path))
     return info
+
+
+def paged(
+    request: Request, items: Iterable[Any], cursor_of: Callable[[Any], str], headers: dict | None = None
+) -> Response:
+    """The first `PAGE_ENTRIES` of `items` (or `?limit=` of them), with a `Link: <url>; rel="next"` header, as the Hub
+    sends it, naming the next page when there are more: the same URL with `cursor` the `cursor_of` this page's last
+    item."""
+    size = min(query_count(request.query, "limit") or PAGE_ENTRIES, PAGE_ENTRIES)
+    page, headers = list(itertools.islice(items, size + 1)), dict(headers or {})
+    if len(page) > size:
+        page = page[:size]
+        query = urlencode({**request.query, "cursor": [cursor_of(page[-1])]}, doseq=True)
+        headers["Link"] = f'<{request.hub.url}{request.path}?{query}>; rel="next"'
+    return Response(payload=page, headers=headers)
+
+
+def cursor(request: Request) -> str | None:
+    """The `cursor` of a page after the first (what `paged` put in the next page's URL)."""
+    return request.query.get("cursor", [None])[0]
 
 
 def expanded(request: Request, info: dict[str, Any]) -> dict[str, Any]:
@@ -89,44 +115,60 @@ def repo_info(request: Request) -> Response:
 def list_repos(request: Request) -> Response:
     """`GET /api/{models,datasets,spaces}`: the repos the caller may see, sorted by id, filtered by `author` (the
     namespace, any case), `search` (part of the id, any case), `filter` (tags every repo must carry) and
-    `pipeline_tag`, at most `limit` of them, in one page. `full` adds the files, `cardData` the card metadata."""
+    `pipeline_tag`, at most `limit` of them a page (`paged`). `full` adds the files, `cardData` the card metadata."""
     repo_type = request.params["repo_type"].removesuffix("s")
     author, search = (request.query.get(name, [""])[0].lower() for name in ("author", "search"))
     required_tags = set(request.query.get("filter", [])) | set(request.query.get("pipeline_tag", []))
-    limit, full, with_card = query_count(request.query, "limit"), request.flag("full"), request.flag("cardData")
-    caller, answer = request.caller(), []
-    for repo, meta in request.hub.store.repos(repo_type):
-        if (meta["private"] and meta["author"] != caller) or (author and repo.namespace.lower() != author):
-            continue
-        if search not in repo.id.lower():
-            continue
-        info = repo_summary(request, repo, meta, DEFAULT_BRANCH)
-        if not required_tags <= set(info["tags"]):
-            continue
-        if not full:
-            info.pop("siblings")
-        if not (full or with_card):
-            info.pop("cardData", None)
-        answer.append(expanded(request, info))
-        if limit is not None and len(answer) >= limit:
-            break
-    return Response(payload=answer)
+    full, with_card, after, caller = request.flag("full"), request.flag("cardData"), cursor(request), request.caller()
+
+    def visible() -> Iterable[dict[str, Any]]:
+        for repo, meta in request.hub.store.repos(repo_type):
+            if (meta["private"] and meta["author"] != caller) or (author and repo.namespace.lower() != author):
+                continue
+            if search not in repo.id.lower() or (after is not None and repo.id <= after):
+                continue
+            info = repo_summary(request, repo, meta, DEFAULT_BRANCH)
+            if not required_tags <= set(info["tags"]):
+                continue
+            if not full:
+                info.pop("siblings")
+            if not (full or with_card):
+                info.pop("cardData", None)
+            yield expanded(request, info)
+
+    return paged(request, visible(), lambda info: info["id"])
+
+
+def tree_entry(path: str, entry: Entry) -> dict[str, Any]:
+    """A tree listing's entry: a file with its blob id and size, or a folder with its tree id."""
+    if entry[0] == "file":
+        return {"type": "file", "oid": entry[1], "size": entry[2], "path": path}
+    return {"type": "directory", "oid": entry[1], "size": 0, "path": path}
 
 
 def tree(request: Request) -> Response:
+    """`GET .../tree/{rev}[/{path}]`: the files and folders in a folder (`recursive`: and below), each folder before
+    what it holds, one page at a time (`paged`, the cursor the last path listed)."""
     repo = request.readable_repo()
     request.flag("expand")  # checked like every flag; the last commits it asks for are not served
-    sha, files = request.commit_files(repo, request.params["rev"])
+    sha, root = request.commit_tree(repo, request.params["rev"])
     prefix = request.params.get("path", "").strip("/")
-    entries = tree_entries(files, prefix, request.flag("recursive"))
-    if prefix and not entries:
+    folder = request.hub.store.trees.lookup(root, prefix) if prefix else ["directory", root]
+    if folder is None or folder[0] != "directory":
         raise HubError(404, f"Folder not found: {prefix}", "EntryNotFound")
-    return Response(payload=entries, headers={"X-Repo-Commit": sha})
+    base, after = f"{prefix}/" if prefix else "", cursor(request)
+    if after is not None and not after.startswith(base):
+        raise bad_request(f"The cursor {after[:MAX_PATH_CHARACTERS]!r} is not a path in {prefix or 'the repo'!r}")
+    walk = request.hub.store.trees.walk(
+        folder[1], base, request.flag("recursive"), after and after[len(base) :].split("/")
+    )
+    entries = (tree_entry(path, entry) for path, entry in walk)
+    return paged(request, entries, lambda entry: entry["path"], {"X-Repo-Commit": sha})
 
 
 def paths_info(request: Request) -> Response:
     """`POST .../paths-info/{rev}`: the entries of `paths` (a JSON body `{"paths": [...], "expand": bool}`, or a form
-    body `paths=...&paths=...`) that exist."""
+    body `paths=...&paths=...`) that exist; at most `MAX_PATHS_PER_REQUEST` paths (400 for more)."""
     repo = request.readable_repo()
     if "json" in (request.headers.get("Content-Type") or ""):
         body = request.json_body()
@@ -137,9 +179,11 @@ def paths_info(request: Request) -> Response:
             paths = parse_qs(request.body.decode(), strict_parsing=bool(request.body)).get("paths", [])
         except ValueError as err:  # not UTF-8, or not a form
             raise bad_request(f"The request body is neither JSON nor a form: {err}") from None
-    _, files = request.commit_files(repo, request.params["rev"])
-    entries = [path_entry(files, path.strip("/")) for path in paths]
-    return Response(payload=[entry for entry in entries if entry is not None])
+    if len(paths) > MAX_PATHS_PER_REQUEST:
+        raise bad_request(f"Ask about at most {MAX_PATHS_PER_REQUEST} paths at once, not {len(paths)}")
+    _, root = request.commit_tree(repo, request.params["rev"])
+    found = ((path.strip("/"), request.hub.store.trees.lookup(root, path.strip("/"))) for path in paths)
+    return Response(payload=[tree_entry(path, entry) for path, entry in found if path and entry is not None])
 
 
 def list_refs(request: Request) -> Response:
@@ -160,32 +204,35 @@ def list_refs(request: Request) -> Response:
 
 
 def list_commits(request: Request) -> Response:
+    """`GET .../commits/{rev}`: the commits from `rev` back to the first one, one page at a time (`paged`, the cursor
+    the last commit listed, the next page starting at its parent)."""
     repo = request.readable_repo()
     store = request.hub.store
-    history = store.history(repo, store.resolve(repo, request.params["rev"]))
-    return Response(
-        payload=[
-            {
-                "id": c["id"],
-                "title": c["title"],
-                "message": c["message"],
-                "date": c["date"],
-                "authors": [{"user": c["author"]}],
-            }
-            for c in history
-        ]
+    after = cursor(request)
+    start = store.resolve(repo, request.params["rev"] if after is None else after)
+    history = itertools.islice(store.history(repo, start), 0 if after is None else 1, None)
+    commits = (
+        {
+            "id": c["id"],
+            "title": c["title"],
+            "message": c["message"],
+            "date": c["date"],
+            "authors": [{"user": c["author"]}],
+        }
+        for c in history
     )
+    return paged(request, commits, lambda commit: commit["id"])
 
 
 def resolve(request: Request) -> Response:
     repo = request.readable_repo()
-    sha, files = request.commit_files(repo, request.params["rev"])
-    info = files.get(request.params["path"])
-    if info is None:
+    sha, root = request.commit_tree(repo, request.params["rev"])
+    entry = request.hub.store.trees.lookup(root, request.params["path"])
+    if entry is None or entry[0] != "file":
         error = HubError(404, f"Entry not found: {request.params['path']}", "EntryNotFound")
         return error_response(error, {"X-Repo-Commit": sha})
-    headers = {"X-Repo-Commit": sha, "ETag": f'"{info["oid"]}"', "Accept-Ranges": "bytes"}
-    blob, size = request.hub.store.blob_path(info["oid"]), info["size"]
+    headers = {"X-Repo-Commit": sha, "ETag": f'"{entry[1]}"', "Accept-Ranges": "bytes"}
+    blob, size = request.hub.store.blob_path(entry[1]), entry[2]
     try:
         span = byte_range(request.headers.get("Range") if request.method == "GET" else None, size)
     except HubError as err:

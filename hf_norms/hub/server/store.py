@@ -1,4 +1,5 @@
-"""The loopback Hub's storage: repositories on disk as content-addressed blobs, per-commit manifests and refs.
+"""The loopback Hub's storage: repositories on disk as content-addressed blobs and folders (`trees`), commits and
+refs.
 
 Every file is a regular (non-LFS) git blob, keyed by its git blob sha1. Each write goes to a temporary file that is
 moved into place, refs last, so a crash mid-commit leaves the previous state intact; a refused commit writes nothing.
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ...errors import HubError
-from .payloads import CommitOp, FileAdd, bad_request, check_name
+from .payloads import CommitOp, bad_request, check_name
+from .trees import TreeStore
 
 REPO_TYPES = ("model", "dataset", "space")
 DEFAULT_BRANCH = "main"
@@ -111,17 +113,19 @@ def repo_not_found(repo: RepoRef) -> HubError:
 
 
 class RepoStore:
-    """Repositories on disk: blobs, per-commit manifests and refs, with one lock around every write.
+    """Repositories on disk: blobs, folders, commits and refs, with one lock around every write.
 
-    Layout under `root`: `blobs/<oid[:2]>/<oid>`; `namespaces/<name in lower case>.json` (`{name, owner}`); and for
-    each repo `repos/<type>s/<ns>/<name>/` holding `repo.json` (`{private, createdAt, author}`), `refs.json`
-    (`{"branches": {name: sha}, "tags": {name: sha}, "pulls": {number: sha}}`) and `commits/<sha>.json`
-    (`{id, parents, title, message, date, author, files: {path: {oid, size}}}`; every commit lists its full tree).
+    Layout under `root`: `blobs/<oid[:2]>/<oid>`; `trees/<oid[:2]>/<oid>.json` (one folder, `trees.TreeStore`);
+    `namespaces/<name in lower case>.json` (`{name, owner}`); and for each repo `repos/<type>s/<ns>/<name>/` holding
+    `repo.json` (`{private, createdAt, author}`), `refs.json` (`{"branches": {name: sha}, "tags": {name: sha},
+    "pulls": {number: sha}}`) and `commits/<sha>.json` (`{id, parents, title, message, date, author, tree}`, `tree`
+    the oid of its root folder; stores written before trees list every file instead, `files: {path: {oid, size}}`).
     Methods that take a `RepoRef` expect the stored spelling that `find` returns.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.trees = TreeStore(root, lambda path, data: _atomic_write(path, data))
         self._lock = threading.Lock()
 
     # -- paths and raw reads ------------------------------------------------------------------------------------
@@ -170,9 +174,10 @@ class RepoStore:
         """The stored manifest of commit `sha`."""
         return _read_json(self._repo_dir(repo) / "commits" / f"{sha}.json")
 
-    def read_blob(self, oid: str) -> bytes:
-        """The bytes of the blob with git object id `oid`."""
-        return self.blob_path(oid).read_bytes()
+    def commit_tree(self, repo: RepoRef, sha: str) -> str:
+        """The oid of commit `sha`'s root folder (written from its list of files for a commit stored before trees)."""
+        record = self.commit_record(repo, sha)
+        return record["tree"] if "tree" in record else self.trees.from_files(record["files"])
 
     def resolve(self, repo: RepoRef, revision: str) -> str:
         """The commit sha a branch, tag, pull request (`refs/pr/N`), full or abbreviated (7+ hex digits) commit id
@@ -225,11 +230,8 @@ class RepoStore:
             _atomic_write(path, content)
         return oid
 
-    def _write_commit(
-        self, repo: RepoRef, parents: list[str], files: dict[str, dict[str, Any]], title: str, message: str, author: str
-    ) -> str:
-        record = {"parents": parents, "title": title, "message": message, "date": now(), "author": author}
-        record["files"] = dict(sorted(files.items()))
+    def _write_commit(self, repo: RepoRef, parents: list[str], tree: str, title: str, message: str, author: str) -> str:
+        record = {"parents": parents, "title": title, "message": message, "date": now(), "author": author, "tree": tree}
         sha = hashlib.sha1(json.dumps({"nonce": uuid.uuid4().hex, **record}, sort_keys=True).encode()).hexdigest()
         _write_json(self._repo_dir(repo) / "commits" / f"{sha}.json", {"id": sha, **record})
         return sha
@@ -258,8 +260,8 @@ class RepoStore:
                 return repo, False
             repo_dir = self._repo_dir(repo)
             oid = self._put_blob(INITIAL_GITATTRIBUTES)
-            files = {".gitattributes": {"oid": oid, "size": len(INITIAL_GITATTRIBUTES)}}
-            sha = self._write_commit(repo, [], files, "initial commit", "", author)
+            tree = self.trees.write({".gitattributes": ["file", oid, len(INITIAL_GITATTRIBUTES)]})
+            sha = self._write_commit(repo, [], tree, "initial commit", "", author)
             _write_json(repo_dir / "refs.json", {"branches": {DEFAULT_BRANCH: sha}, "tags": {}, "pulls": {}})
             _write_json(repo_dir / "repo.json", {"private": private, "createdAt": now(), "author": author})
             return repo, True
@@ -313,14 +315,11 @@ class RepoStore:
                 head = self.resolve(repo, parent_commit)
             elif parent_commit is not None and not head.startswith(parent_commit):
                 raise HubError(412, "A commit has happened since. Please refresh and try again.")
-            files = dict(self.commit_record(repo, head)["files"])
-            blobs = {}
-            for op in operations:
-                _apply(files, op, blobs)
-            check_tree(files)
+            blobs: dict[str, bytes] = {}
+            tree = self.trees.apply(self.commit_tree(repo, head), operations, blobs, git_blob_sha1)
             for oid, content in blobs.items():
                 self._put_blob(content, oid)
-            sha = self._write_commit(repo, [head], files, title, message, author)
+            sha = self._write_commit(repo, [head], tree, title, message, author)
             if create_pr:
                 kind, name = "pulls", str(1 + max(map(int, refs["pulls"]), default=0))
             refs[kind][name] = sha
@@ -365,53 +364,3 @@ def _folders_named(parent: Path, name: str) -> list[Path]:
         return [child for child in parent.iterdir() if child.name.lower() == name.lower() and child.is_dir()]
     except FileNotFoundError:
         return []
-
-
-def _apply(files: dict[str, dict[str, Any]], op: CommitOp, blobs: dict[str, bytes]) -> None:
-    """Apply one commit operation to a `{path: {oid, size}}` tree in place, collecting new contents in `blobs`."""
-    if isinstance(op, FileAdd):
-        oid = git_blob_sha1(op.content)
-        blobs[oid] = op.content
-        files[op.path] = {"oid": oid, "size": len(op.content)}
-        return
-    doomed = [p for p in files if p.startswith(op.path + "/")] if op.folder else [op.path]
-    if not doomed or any(p not in files for p in doomed):
-        raise HubError(404, f"A file with this name doesn't exist: {op.path}", "EntryNotFound")
-    for path in doomed:
-        del files[path]
-
-
-def check_tree(files: dict[str, dict[str, Any]]) -> None:
-    """Refuse a tree where one path is both a file and a folder (`a` and `a/b`): git cannot hold it, and a download
-    of the repo would write one over the other."""
-    folders = {path[:i] for path in files for i, character in enumerate(path) if character == "/"}
-    clashes = sorted(folders & files.keys())
-    if clashes:
-        raise bad_request(f"{clashes[0]!r} would be both a file and a folder: delete the one before adding the other")
-
-
-def tree_entries(files: dict[str, dict[str, Any]], prefix: str, recursive: bool) -> list[dict[str, Any]]:
-    """Tree listing under folder `prefix` (`""` for the root): files, and folders with a content-derived oid."""
-    base = f"{prefix}/" if prefix else ""
-    folders: dict[str, list[str]] = {}
-    entries: list[dict[str, Any]] = []
-    for path, info in sorted(files.items()):
-        if not path.startswith(base):
-            continue
-        rest = path[len(base) :].split("/")
-        for depth in range(1, len(rest) if recursive else min(2, len(rest))):
-            folders.setdefault(base + "/".join(rest[:depth]), []).append(f"{path}:{info['oid']}")
-        if recursive or len(rest) == 1:
-            entries.append({"type": "file", "oid": info["oid"], "size": info["size"], "path": path})
-    for folder, members in folders.items():
-        oid = hashlib.sha1("\n".join(members).encode()).hexdigest()
-        entries.append({"type": "directory", "oid": oid, "size": 0, "path": folder})
-    return sorted(entries, key=lambda e: e["path"])
-
-
-def path_entry(files: dict[str, dict[str, Any]], path: str) -> dict[str, Any] | None:
-    """The tree entry of one path (file or folder), or None when nothing is there."""
-    if path in files:
-        return {"type": "file", "oid": files[path]["oid"], "size": files[path]["size"], "path": path}
-    parent = path.rsplit("/", 1)[0] if "/" in path else ""
-    return next((e for e in tree_entries(files, parent, False) if e["path"] == path), None)

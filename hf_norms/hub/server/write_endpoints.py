@@ -20,6 +20,7 @@ from .payloads import (
     parse_commit_payload,
     split_repo_id,
 )
+from .read_endpoints import MAX_PATHS_PER_REQUEST
 from .store import DEFAULT_BRANCH, REPO_TYPES, RepoRef, forbidden
 
 VISIBILITIES = ("public", "private")
@@ -123,11 +124,14 @@ def repo_settings(request: Request) -> Response:
 def preupload(request: Request) -> Response:
     repo, _ = request.writable_repo()
     files = json_objects(request.json_body(), "files", required=True)
+    if len(files) > MAX_PATHS_PER_REQUEST:
+        raise bad_request(f"Ask about at most {MAX_PATHS_PER_REQUEST} files at once, not {len(files)}")
     paths = [json_field(entry, "path", str, required=True) for entry in files]
-    sha, tree = request.commit_files(repo, request.params["rev"])
+    sha, root = request.commit_tree(repo, request.params["rev"])
+    found = [(path, request.hub.store.trees.lookup(root, path) or [None, None]) for path in paths]
     answer = [
-        {"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": tree.get(path, {}).get("oid")}
-        for path in paths
+        {"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": entry[1] if entry[0] == "file" else None}
+        for path, entry in found
     ]
     return Response(payload={"files": answer, "commitOid": sha})
 
