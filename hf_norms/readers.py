@@ -519,7 +519,7 @@ def _check_json_document(path: Path, source: IO[bytes], target: IO[bytes]) -> No
 
 def _check_csv(path: Path, source: IO[bytes], target: IO[bytes], delimiter: str) -> None:
     """A CSV or TSV file, row by row (Python's `csv`, where a quoted cell may span lines): no row (so no cell) longer
-    than `DOCUMENT_LIMIT` bytes, none of more than `COLUMN_LIMIT` columns."""
+    than `DOCUMENT_LIMIT` bytes, none of more than `COLUMN_LIMIT` columns, none of more cells than the header."""
     held: list[bytes] = []
     row = {"line": 1, "bytes": 0}  # where the row being read starts, and its bytes so far
 
@@ -536,7 +536,7 @@ def _check_csv(path: Path, source: IO[bytes], target: IO[bytes], delimiter: str)
             yield decoded(path, offset, raw)
 
     csv.field_size_limit(DOCUMENT_LIMIT)  # the row's bound is the cell's (the default would refuse a 128 KB cell)
-    reader = csv.reader(texts(), delimiter=delimiter)
+    reader, header = csv.reader(texts(), delimiter=delimiter), None
     while True:
         try:
             cells = next(reader, None)
@@ -544,6 +544,9 @@ def _check_csv(path: Path, source: IO[bytes], target: IO[bytes], delimiter: str)
             raise ConversionError(f"{path}, line {row['line']}: {error}; fix that row.") from None
         if cells is None:
             return
-        check_columns(len(cells), f"{path}, line {row['line']}")
+        check_columns(len(cells), where := f"{path}, line {row['line']}")
+        header = len(cells) if header is None else header
+        if len(cells) > header:
+            raise ConversionError(f"{where} has {len(cells)} cells, more than the header's {header} columns; fix it.")
         target.write(b"".join(held))
         held.clear()

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import ConversionError
-from ..readers import check_document, cut_text, open_image, text_lines
+from ..readers import check_document, check_regular, cut_text, open_image, text_lines
 from .data_files import FORMATS, example_column, file_builder, is_saved_dataset, load_data_files, missing_path
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -100,6 +100,7 @@ def _path_items(path: Path, modality: str, column: str | None) -> Iterator[Any]:
     """The examples of a local data source, read one at a time (checked to hold at least one)."""
     if not path.exists():
         raise missing_path(path, ConversionError)
+    check_regular(path, folder=True)
     if path.is_file() and file_builder(path, ConversionError) != "text":
         dataset = load_data_files([path], ConversionError)
         items, what = dataset_items(dataset, modality, str(path), column), f"{modality} examples"

@@ -46,15 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConversionError, one_line
-from ..readers import TEXT_LIMIT, cut_text, held_image, json_lines, line_of, text_lines
+from ..readers import TEXT_LIMIT, check_regular, cut_text, held_image, json_lines, line_of, text_lines
 from .data import SPECIAL_TOKENS_MASK, Examples, check_text_column, image_files, load_image, stored_image
 from .data_files import (
     FILE_BUILDERS,
     FORMATS,
+    data_file_rows,
     example_column,
     file_builder,
     is_saved_dataset,
-    load_data_files,
     missing_path,
 )
 
@@ -164,6 +164,7 @@ def open_stream(
 def _local_stream(path: Path, source: DataSource, modality: str, held_out: HeldOut | None, processes: int) -> Stream:
     if source.config is not None:
         raise ConversionError(f"--data-config names a configuration of a Hub dataset; {path} is a local path.")
+    check_regular(path, folder=True)
     if path.is_dir() and is_saved_dataset(path):
         return _saved_dataset_stream(path, source, modality, held_out)
     if path.is_dir() and modality == "image" and image_files(path):
@@ -175,6 +176,8 @@ def _local_stream(path: Path, source: DataSource, modality: str, held_out: HeldO
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix.lower() in FILE_BUILDERS)
     if path.is_file():
         file_builder(path, ConversionError)  # a format no command reads: one line naming those read
+    for file in files:
+        check_regular(file)  # a FIFO would block its read for ever: refused before anything is made
     kinds = {PIECE_READERS.get(file.suffix.lower(), "datasets") for file in files}
     if len(kinds) != 1:
         found = ", ".join(sorted(file.suffix for file in files)[:5]) or "no such files"
@@ -199,7 +202,7 @@ def _file_column(file: Path, kind: str, modality: str, column: str | None) -> st
     if kind == "text":
         return None
     if kind == "datasets":
-        first = next(_data_file_rows(file), None)
+        first = next(data_file_rows(file, ConversionError), None)
         if first is None:
             raise ConversionError(f"{file} holds no {modality} examples to heal on.")
         features = {name: datasets.Value("string" if isinstance(v, str) else "null") for name, v in first.items()}
@@ -277,28 +280,9 @@ def _json_text(path: Path, offset: int, row: dict, column: str) -> str:
     return value
 
 
-def _data_file_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The rows of a CSV, TSV or JSON file, streamed by `datasets.load_dataset` (`data_files.load_data_files`); a part
-    that does not read, wherever it lies in the file, is one line."""
-    import datasets
-
-    rows = iter(load_data_files([path], ConversionError, streaming=True))
-    while True:
-        try:
-            row = next(rows, None)
-        except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as error:
-            problem = one_line(error)
-            raise ConversionError(
-                f"Cannot read {path} as a {file_builder(path)} file ({problem}); check its contents."
-            ) from None
-        if row is None:
-            return
-        yield row
-
-
 def _data_file_texts(path: Path, column: str) -> Iterator[str]:
     """The non-empty texts of `column` of a CSV, TSV or JSON file, cut into windows (`readers.cut_text`)."""
-    for number, row in enumerate(_data_file_rows(path)):
+    for number, row in enumerate(data_file_rows(path, ConversionError)):
         value = row.get(column)
         if value is not None and not isinstance(value, str):
             raise ConversionError(f"{path}: {column!r} of row {number} is a {type(value).__name__}, not a text.")

@@ -103,7 +103,7 @@ def load_dataset_source(
             return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict(train=loaded)
         with quiet_datasets():  # a local folder: no progress bars around a possible error line
             return datasets.load_dataset("imagefolder", data_dir=str(path))
-    if path.is_file():
+    if path.exists():  # a file, or a FIFO or device that the reader refuses
         return load_data_files([path], FinetuneInputError, split=None)
     if path.suffix.lower() in FILE_BUILDERS or source.startswith((".", "/", "~")) or source.count("/") > 1:
         raise missing_path(path, FinetuneInputError)
