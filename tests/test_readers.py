@@ -201,3 +201,16 @@ def test_the_copy_datasets_reads_is_the_file_that_was_checked(tmp_path: Path) ->
     assert [row["text"] for row in rows] == ["second"]
     with pytest.raises(InputError, match="line 1 is nested too deeply"):
         next(data_file_rows(path))
+
+
+def test_a_fifo_in_a_healing_data_folder_is_refused_before_the_stream_opens(tmp_path: Path) -> None:
+    """`heal --data folder` with a FIFO among its files hung for ever (its staging folder left behind)."""
+    from hf_norms.conversion.streaming import DataSource, open_stream
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a text about the weather\n" * 4)
+    os.mkfifo(folder / "b.txt")
+    started = time.perf_counter()
+    refused(open_stream, DataSource(folder), "text", match=f"{folder / 'b.txt'} is not a regular file")
+    assert time.perf_counter() - started < 5

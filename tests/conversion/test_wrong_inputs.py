@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -397,3 +399,48 @@ def test_a_norm_option_beyond_the_models_dtype_is_refused_by_the_config(tiny_ber
                        "--output_dir", str(tmp_path / "ft"), "--use_cpu"], capsys)  # fmt: skip
     assert_refused(status, err, "dyt_alpha_init=1e+308 does not fit a float32 weight")
     assert not (tmp_path / "ft").exists()
+
+
+BILLION_LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def test_a_card_that_is_an_alias_bomb_or_broken_yaml_is_one_line_naming_its_line(tiny_bert_dir, tmp_path, capsys):
+    """A billion-laughs README (9**9 values from 500 bytes) grew `push` to gigabytes; a README whose YAML does not
+    parse ended it in a raw ScannerError (exit 1). Both are one line naming the card and its line, at once."""
+    converted = tmp_path / "converted"
+    assert run(["convert", str(tiny_bert_dir), "--norm-type", "lape", "--output", str(converted)], capsys)[0] == 0
+    card = converted / "README.md"
+    for metadata, line, expected in ((BILLION_LAUGHS, 3, "anchors and aliases are not accepted"),
+                                     ("tags: [a, b\nlanguage: en\n", 4, "not YAML that hf-norms reads")):  # fmt: skip
+        card.write_text(f"---\nlicense: mit\n{metadata}---\n# A model\n")
+        started = time.perf_counter()
+        status, err = run(["push", "org/tiny", str(converted), "--dry-run"], capsys)
+        error = err.splitlines()[-1]  # (push names the card of the snapshot it publishes)
+        assert status == 2 and error.startswith("hf-norms push: error: ") and "Traceback" not in err, err
+        assert f"README.md, line {line}: " in error and expected in error and time.perf_counter() - started < 20
+
+
+def test_convert_refuses_a_deep_or_wide_data_line_anywhere_and_leaves_no_arrow_cache(tiny_bert_dir, tmp_path):
+    """`convert --calibration-data` of a JSON Lines file whose second line nests 20,000 deep was a segmentation fault
+    inside pyarrow (exit 139); of a good CSV it left datasets' Arrow cache (481 MB in one run) in $HF_HOME/datasets.
+    Run as a user runs it, in its own process with HF_HOME in a temporary folder."""
+    home = tmp_path / "hf-home"
+    environment = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    deep, news = tmp_path / "deep.jsonl", tmp_path / "news.csv"
+    deep.write_text('{"text": "a text"}\n{"text": ' + "[" * 20_000 + "]" * 20_000 + "}\n")
+    news.write_text("text,label\n" + "".join(f'"article {i}, about the markets",{i % 3}\n' for i in range(64)))
+    results = {}
+    for data in (deep, news):
+        argv = ["convert", str(tiny_bert_dir), "--norm-type", "dyt", "--calibration-data", str(data),
+                "--calibration-samples", "16", "--output", str(tmp_path / data.stem)]  # fmt: skip
+        code = "import sys; from hf_norms.cli import main; sys.exit(main(sys.argv[1:]))"
+        results[data] = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                                       env=environment, timeout=300)  # fmt: skip
+    refused = results[deep]
+    assert_refused(refused.returncode, refused.stderr, f"{deep}, line 2 is nested too deeply (more than 64 levels)")
+    assert not (tmp_path / "deep").exists()
+    assert results[news].returncode == 0, results[news].stderr
+    assert not (home / "datasets").exists() or not any((home / "datasets").rglob("*.arrow"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -469,3 +470,23 @@ def test_a_text_is_cut_to_what_the_tokenizer_keeps_before_it_is_tokenised(minilm
     expected = tokenizer([text, "short"], ["a pair", text], truncation=True, max_length=64)
     assert encoded["input_ids"] == expected["input_ids"] and encoded["labels"] == [0, 1]
     assert len(text) > 90 * TEXT_LIMIT and max(handed) == TEXT_LIMIT
+
+
+@pytest.mark.parametrize("case", ["deep-line-3", "wide-csv", "fifo"])
+def test_data_the_bounded_reader_refuses_stops_finetune_before_training(case, minilm_dir, tmp_path):
+    """A JSON Lines row nested 20,000 deep after the first was a segmentation fault inside pyarrow; a CSV of 200,000
+    columns took 91 s and 1.5 GB; a FIFO would block the read. Each is one line naming the file and its line."""
+    path = tmp_path / ("data.csv" if case == "wide-csv" else "data.jsonl")
+    if case == "deep-line-3":
+        path.write_text('{"text": "a text", "label": 0}\n' * 2 + '{"text": ' + "[" * 20_000 + "]" * 20_000 + "}\n")
+        expected = f"{path}, line 3 is nested too deeply (more than 64 levels)"
+    elif case == "wide-csv":
+        path.write_text(",".join(f"c{i}" for i in range(200_000)) + "\n")
+        expected = f"{path}, line 1 has 200000 columns, more than the 4096"
+    else:
+        os.mkfifo(path)
+        expected = f"{path} is not a regular file"
+    started = time.perf_counter()
+    model = tiny_model_args("bert", "dyt", minilm_dir=minilm_dir)
+    assert_fails_before_training(model, text_data(str(path)), tmp_path / "out", match=re.escape(expected))
+    assert time.perf_counter() - started < 60
