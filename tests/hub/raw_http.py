@@ -36,13 +36,13 @@ def port_of(url: str) -> int:
 
 
 def raw_exchange(
-    hub: HubServer | str, request: bytes, *, expect_close: bool = False
+    hub: HubServer | str, request: bytes, *, expect_close: bool = False, timeout: float = PROMPT_SECONDS * 3
 ) -> tuple[http.client.HTTPResponse, bytes, float]:
     """Send `request` bytes to a hub (or its URL) on a fresh connection that stays open; return the parsed response,
-    its body and the seconds until it was answered. With `expect_close`, also assert that the server then closed the
-    connection."""
+    its body and the seconds until it was answered (within `timeout`). With `expect_close`, also assert that the
+    server then closed the connection."""
     url = hub if isinstance(hub, str) else hub.url
-    with socket.create_connection(("127.0.0.1", port_of(url)), timeout=PROMPT_SECONDS * 3) as sock:
+    with socket.create_connection(("127.0.0.1", port_of(url)), timeout=timeout) as sock:
         started = time.monotonic()
         sock.sendall(request)
         response = http.client.HTTPResponse(sock)

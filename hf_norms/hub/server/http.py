@@ -162,6 +162,7 @@ class _Transport:
 
         async def shut() -> None:
             self.listener.close()
+            self.server.pre_shutdown()  # idle connections close now; a running endpoint gets a second
             await self.server.shutdown(1.0)
             rest = asyncio.all_tasks() - {asyncio.current_task()}  # connections that were still opening
             for task in rest:
