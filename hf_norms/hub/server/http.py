@@ -15,27 +15,15 @@ sha256 (`token_user`), so two clients with different tokens cannot read each oth
 other's namespaces; such names (in any letter case) are reserved for the tokens they come from. `messages.py` says who
 may read and write.
 
-aiohttp parses every request (HTTP/1.1 framing, chunked bodies, `Content-Length` and `Transfer-Encoding` checked
-strictly, request line and header lines of at most `MAX_LINE_BYTES`, at most `MAX_HEADERS` headers) and streams
-answers with back-pressure; a request it cannot parse gets a JSON 400 that echoes none of it. On top of it, this module
-keeps the Hub's bounds, one deadline per phase of a request:
-
-- headers: a connection must deliver a request's line and headers within `HEADER_SECONDS` of being opened or of its
-  previous answer, else it is closed (aiohttp's keep-alive timer, which no received byte resets); at most
-  `MAX_CONNECTIONS` connections are open at once, a further one is closed at once;
-- body: the body is read only when the endpoint asks for it, after it has checked who is asking, so a request refused
-  for authorisation (401, 403, 404) is answered from its headers alone. Its n-th byte must arrive within
-  `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE`, else 408. A body larger than `SMALL_BODY_BYTES` (or chunked) is
-  read only while it holds one of `max_concurrent_writes` write slots, until its endpoint has answered; a body that
-  waits longer than `WRITE_WAIT_SECONDS` for one gets 503, unread;
-- answer: a download is streamed from its blob on disk (a `Range` is served by seeking), and its n-th byte must be
-  taken by the client within `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE`, else the connection is closed.
-
-A connection whose body was not read to its end is closed after the answer: the server sends the answer, stops
-writing and discards what the client still sends for at most `LINGER_SECONDS`, so the client can read the answer
-(closing with unread input would reset it), and nothing of it is kept. Every response header value is written with
-its control and non-ASCII characters escaped; URLs in answers are built from the address the server is bound to,
-never from the request's `Host` header.
+aiohttp parses every request (framing, chunked bodies, header sizes) and streams every answer with back-pressure; a
+request it cannot parse gets a JSON 400 that quotes none of it. This module adds one deadline per phase of a request
+and the write slots (docs/safety.md lists them): headers within `HEADER_SECONDS` of the connection or of the previous
+answer (aiohttp's keep-alive timer, which no received byte resets); a body read only when its endpoint asks for it,
+after it checked who is asking, its n-th byte due `BODY_GRACE_SECONDS` plus n bytes at `MIN_BODY_RATE` (408), and a
+body over `SMALL_BODY_BYTES` read only while holding one of `max_concurrent_writes` slots (503 after
+`WRITE_WAIT_SECONDS`); a download streamed from disk on the same deadline, else cut. A connection whose body was not
+read to its end is half-closed after the answer and its input discarded for `LINGER_SECONDS`, so that the client reads
+the answer. Header values are written escaped; URLs come from the bound address, never from `Host`.
 """
 
 from __future__ import annotations
@@ -100,11 +88,17 @@ class _Failure:
     method: str | None
 
 
-def _escaped(headers: dict[str, str]) -> dict[str, str]:
-    """Header values with their control and non-ASCII characters escaped (`\\r`, `\\n`, `\\x00`, `\\xe9`), and a
-    request id."""
-    return {**{key: value.encode("unicode_escape").decode("ascii") for key, value in headers.items()},
-            "X-Request-Id": uuid.uuid4().hex}  # fmt: skip
+def _answer(status: int, headers: dict[str, str], payload: Any = None, length: int | None = None) -> web.StreamResponse:
+    """A JSON answer, or with `length` the head of a download of that many bytes; its header values' control and
+    non-ASCII characters escaped (`\\r`, `\\n`, `\\x00`, `\\xe9`)."""
+    escaped = {key: value.encode("unicode_escape").decode("ascii") for key, value in headers.items()}
+    escaped["X-Request-Id"] = uuid.uuid4().hex
+    if length is None:
+        return web.Response(status=status, headers=escaped, body=json.dumps(payload).encode(),
+                            content_type="application/json")  # fmt: skip
+    answer = web.StreamResponse(status=status, headers=escaped)
+    answer.content_type, answer.content_length = "application/octet-stream", length
+    return answer
 
 
 class _Refused(asyncio.Protocol):
@@ -128,10 +122,7 @@ class _Connection(web.RequestHandler):
         else:
             text = "Internal server error"
         logger.debug("Hub server refused a request it could not parse: %s", text)
-        answer = web.Response(
-            status=status, headers=_escaped({"X-Error-Message": text}), content_type="application/json"
-        )
-        answer.body = json.dumps({"error": text}).encode()
+        answer = _answer(status, {"X-Error-Message": text}, {"error": text})
         answer.force_close()
         return answer
 
@@ -184,14 +175,8 @@ class _Transport:
         else:
             response = await self.loop.run_in_executor(self.workers, self.answer, web_request)
             unread = not web_request.content.at_eof()
-        if response.file is None:
-            answer = web.Response(status=response.status, headers=_escaped(response.headers),
-                                  content_type="application/json")  # fmt: skip
-            answer.body = json.dumps(response.payload).encode()
-        else:
-            answer = web.StreamResponse(status=response.status, headers=_escaped(response.headers))
-            answer.content_type = "application/octet-stream"
-            answer.content_length = response.span[1] + 1 - response.span[0]
+        length = None if response.file is None else response.span[1] + 1 - response.span[0]
+        answer = _answer(response.status, response.headers, response.payload, length)
         if unread:
             answer.force_close()
         started = self.loop.time()
