@@ -28,7 +28,8 @@ from torch import nn
 
 from .norm_lape import lape_position_embeddings
 from .norms import FIRST_LAYER, LAST_LAYER, adds_input_position_embeddings, build_norm, build_position_norm
-from .token_layout import TokenLayout
+from .runtime import is_traced
+from .token_layout import TokenLayout, sequence_prefix_mask
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class NormContext:
             dropped = layout.num_prefix_tokens + layout.grid_size[1] - length
             prefix = max(layout.num_prefix_tokens - dropped, 0)
             mask = layout.padding_mask[:, -length:] if layout.padding_mask is not None else None
-            return TokenLayout(prefix, (1, length - prefix), mask)
+            prefix_mask = layout.prefix_mask[:, -length:] if layout.prefix_mask is not None else None
+            return TokenLayout(prefix, (1, length - prefix), mask, prefix_mask, layout.packed)
         return self.default_layout(length)
 
     def default_layout(self, seq_len: int) -> TokenLayout:
@@ -177,7 +179,8 @@ class LayoutHook:
 
 
 def text_layout(call: dict, num_prefix_tokens: int) -> TokenLayout | None:
-    """[CLS] then one row of tokens; while decoding with a cache, the new tokens have no [CLS] among them."""
+    """[CLS] then one row of tokens, each sequence's [CLS] found from the attention mask and the position ids
+    (`prefix_positions`); while decoding with a cache, the new tokens have no [CLS] among them."""
     tokens = call.get("input_ids")
     tokens = tokens if tokens is not None else call.get("inputs_embeds")
     if tokens is None:
@@ -188,7 +191,26 @@ def text_layout(call: dict, num_prefix_tokens: int) -> TokenLayout | None:
     prefix = num_prefix_tokens if past_length == 0 else 0
     mask = call.get("attention_mask")
     padding_mask = mask[:, -seq_length:] if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
-    return TokenLayout(prefix, (1, seq_length - prefix), padding_mask)
+    # rows are packed (several sequences each) when position ids come without a mask, as transformers finds them
+    position_ids = call.get("position_ids")
+    packed = isinstance(position_ids, torch.Tensor) and padding_mask is None and prefix > 0
+    prefix_mask = prefix_positions(prefix, padding_mask, position_ids if packed else None, tokens.shape[:2])
+    return TokenLayout(prefix, (1, seq_length - prefix), padding_mask, prefix_mask, packed)
+
+
+def prefix_positions(
+    prefix: int, padding_mask: torch.Tensor | None, packed_positions: torch.Tensor | None, shape: torch.Size
+) -> torch.Tensor | None:
+    """Where each sequence's `prefix` first tokens are (`token_layout.sequence_prefix_mask`: each row's first real
+    tokens, or each packed sequence's first tokens), or None when they are the first `prefix` tokens of every row.
+    Eagerly, the usual layout gives None, so that norms keep their fast slices."""
+    if prefix == 0 or (padding_mask is None and packed_positions is None):
+        return None
+    prefix_mask = sequence_prefix_mask(prefix, padding_mask, packed_positions, shape)
+    if is_traced():
+        return prefix_mask
+    first = torch.arange(shape[1], device=prefix_mask.device) < prefix
+    return None if torch.equal(prefix_mask, first.expand(shape)) else prefix_mask
 
 
 def image_layout(call: dict, num_prefix_tokens: int, patch_size) -> TokenLayout | None:
@@ -214,9 +236,10 @@ def place_position_norms(base: nn.Module, family: FamilyLayout, context: NormCon
     embeddings = base.embeddings
     if isinstance(getattr(embeddings, "position_embeddings", None), nn.Embedding):  # text: a lookup table
         embeddings.position_embeddings.register_forward_hook(recorder.forward_hook)
-    else:  # images: a parameter, read through `interpolate_pos_encoding`
-        embeddings.interpolate_pos_encoding = InterpolateAndRecord(embeddings, recorder)
-        embeddings.register_forward_pre_hook(AlwaysInterpolate(embeddings), with_kwargs=True)
+    else:  # images: a table the stock forward adds as it is, or through `interpolate_pos_encoding` when asked
+        reader = ImagePositionReader(embeddings, recorder)
+        embeddings.interpolate_pos_encoding = reader
+        embeddings.register_forward_pre_hook(ReadPositionsOnEveryCall(embeddings, reader), with_kwargs=True)
 
 
 class PositionRecorder:
@@ -236,28 +259,40 @@ class PositionRecorder:
         return self(output)
 
 
-class InterpolateAndRecord:
-    """Stands for the image embeddings' `interpolate_pos_encoding`: the stock method's result, through the recorder."""
+class ImagePositionReader:
+    """Stands for the image embeddings' `interpolate_pos_encoding`, which `ReadPositionsOnEveryCall` has the stock
+    forward call on every call: the position embeddings the stock forward would add, through the recorder.
+
+    When the call asked to interpolate (DINOv2 always does), they are the stock method's result; otherwise the stock
+    forward adds its table unchanged, and so does this: the table itself (ViT, DeiT: a parameter, of any grid, square
+    or not), or, where the table is a lookup (CLIP's `nn.Embedding`, of a square grid), the stock method's lookup at
+    the trained size."""
 
     def __init__(self, embeddings: nn.Module, recorder: PositionRecorder):
         self.embeddings, self.recorder = embeddings, recorder
+        self.interpolating = True  # set by `ReadPositionsOnEveryCall` before each call
 
     def __call__(self, inputs: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        stock = type(self.embeddings).interpolate_pos_encoding(self.embeddings, inputs, height, width)
-        return self.recorder(stock)
+        table = getattr(self.embeddings, "position_embeddings", None)
+        if self.interpolating or not isinstance(table, torch.Tensor):
+            table = type(self.embeddings).interpolate_pos_encoding(self.embeddings, inputs, height, width)
+        return self.recorder(table)
 
 
-class AlwaysInterpolate:
-    """Forward pre-hook of image embeddings whose `forward` reads the table directly unless asked to interpolate
-    (ViT, DeiT, CLIP): asks, after the stock size check, so that every call goes through `interpolate_pos_encoding`, which
-    returns the table itself at the trained size."""
+class ReadPositionsOnEveryCall:
+    """Forward pre-hook of image embeddings whose `forward` adds the table directly unless asked to interpolate (ViT,
+    DeiT, CLIP): checks the image size as the stock forward does, tells the reader whether the call asked to
+    interpolate, and asks the stock forward to, so that it reads its position embeddings through the reader."""
 
-    def __init__(self, embeddings: nn.Module):
+    def __init__(self, embeddings: nn.Module, reader: ImagePositionReader):
         self.names = parameter_names(embeddings)
+        self.reader = reader
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict):
         call = {**dict(zip(self.names, args, strict=False)), **kwargs}
-        if "interpolate_pos_encoding" not in self.names or call.get("interpolate_pos_encoding"):
+        asked = "interpolate_pos_encoding" not in self.names or bool(call.get("interpolate_pos_encoding"))
+        self.reader.interpolating = asked
+        if asked:
             return None
         height, width = call["pixel_values"].shape[-2:]
         expected = getattr(module, "patch_embeddings", module).image_size  # CLIP keeps an int on the embeddings

@@ -38,15 +38,18 @@ class PrefixBatchNorm(nn.BatchNorm1d):
 class SeparateNorm(nn.Module):
     """SepNorm, Chen et al., "On Separate Normalization in Self-supervised Transformers", NeurIPS 2023 (arXiv 2309.12931).
 
-    The first `p` tokens (`layout.num_prefix_tokens`, else `num_prefix_tokens`) ([CLS]; [CLS] and distillation for DeiT) are normalised by `prefix_norm`,
-    the others by a LayerNorm whose affine parameters are this module's `weight` and `bias`:
+    The first `p` tokens of each sequence (`layout.num_prefix_tokens`, else `num_prefix_tokens`: [CLS]; [CLS] and
+    distillation for DeiT) are normalised by `prefix_norm`, the others by a LayerNorm whose affine parameters are this
+    module's `weight` and `bias`:
 
         y[:, :p] = prefix_norm(x[:, :p]),    y[:, p:] = (x[:, p:] - E[x]) / sqrt(Var[x] + eps) * weight + bias
 
     `prefix_norm` is a LayerNorm (exact conversion from a LayerNorm checkpoint when both copy its parameters) or a
     `PrefixBatchNorm` over the batch and the prefix tokens (the official default; SyncBatchNorm under DDP), whose running
     statistics stay the base model's while its parameters are frozen (peft's LoRA).
-    Input and output: `[batch, seq_len, hidden]`.
+    A sequence's first tokens are the first `p` of each row unless the layout marks them elsewhere
+    (`layout.prefix_mask`: text padded on the left, rows packed with several sequences), found from the attention mask
+    and the position ids. Input and output: `[batch, seq_len, hidden]`.
     """
 
     def __init__(
@@ -97,6 +100,8 @@ class SeparateNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
         layout = layout_of(self, hidden_states, layout)
+        if layout is not None and layout.prefix_mask is not None:
+            return self.separate_by_mask(hidden_states, layout)
         prefix = layout.num_prefix_tokens if layout is not None else self.num_prefix_tokens
         if hidden_states.shape[1] < prefix:
             raise ValueError(
@@ -116,3 +121,33 @@ class SeparateNorm(nn.Module):
         out = F.layer_norm(hidden_states, self.weight.shape, self.weight, self.bias, self.eps)
         out[:, :prefix] = prefix_out
         return out
+
+    def separate_by_mask(self, hidden_states: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+        """SepNorm with the prefix tokens wherever `layout.prefix_mask` (`[batch, seq_len]` bool) marks them: each
+        sequence's first tokens in rows padded on the left or packed with several sequences.
+
+        The prefix norm sees every marked token: a BatchNorm's statistics are those of the batch's prefix tokens, as
+        over `[batch, hidden, prefix]` when each row holds one sequence. Traced, shapes cannot depend on values: a
+        prefix norm that normalises each token on its own (a LayerNorm, a BatchNorm with its running statistics) runs
+        on every token and `torch.where` picks its rows; a BatchNorm in training takes each row's `num_prefix_tokens`
+        marked tokens, which packed rows (a number of sequences per row known only from the values) do not have.
+        """
+        prefix_mask, hidden = layout.prefix_mask, hidden_states.shape[-1]
+        out = F.layer_norm(hidden_states, self.weight.shape, self.weight, self.bias, self.eps)
+        if not is_traced():
+            prefix_out = self.prefix_norm(hidden_states[prefix_mask])  # BatchNorm1d and LayerNorm take [tokens, hidden]
+            return out.masked_scatter(prefix_mask.unsqueeze(-1), prefix_out)
+        if not (self.prefix_over_batch and self.training):
+            prefix_out = self.prefix_norm(hidden_states.reshape(-1, hidden)).view_as(hidden_states)
+            return torch.where(prefix_mask.unsqueeze(-1), prefix_out, out)
+        if layout.packed:
+            raise ValueError(
+                "SepNorm with a BatchNorm prefix norm cannot be traced in training on packed rows (the number of "
+                "sequences in a row decides its shapes): train it eagerly, pad the batch instead of packing it, or use "
+                "sepnorm_prefix_norm='layernorm'."
+            )
+        count = layout.num_prefix_tokens
+        index = prefix_mask.long().argsort(dim=1, descending=True, stable=True)[:, :count, None].expand(-1, -1, hidden)
+        prefix_states = hidden_states.gather(1, index)  # [batch, prefix, hidden]: each row's marked tokens, in order
+        prefix_out = self.prefix_norm(prefix_states.transpose(1, 2)).transpose(1, 2)
+        return out.scatter(1, index, prefix_out)
