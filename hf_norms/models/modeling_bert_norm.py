@@ -15,6 +15,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+from transformers import GenerationMixin
 from transformers.models.bert.modeling_bert import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -66,7 +67,7 @@ class BertNormForPreTraining(BertNormPreTrainedModel, BertForPreTraining):
     _auto_class = "AutoModelForPreTraining"
 
 
-class BertNormLMHeadModel(BertNormPreTrainedModel, BertLMHeadModel):
+class BertNormLMHeadModel(BertNormPreTrainedModel, BertLMHeadModel, GenerationMixin):
     """[`BertLMHeadModel`] (causal LM with `is_decoder=True`) with `config.norm_type` norms."""
 
     _auto_class = "AutoModelForCausalLM"

@@ -15,6 +15,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+from transformers import GenerationMixin
 from transformers.models.roberta.modeling_roberta import (
     RobertaForCausalLM,
     RobertaForMaskedLM,
@@ -56,7 +57,7 @@ class RobertaNormModel(RobertaNormPreTrainedModel, RobertaModel):
     _auto_class = "AutoModel"
 
 
-class RobertaNormForCausalLM(RobertaNormPreTrainedModel, RobertaForCausalLM):
+class RobertaNormForCausalLM(RobertaNormPreTrainedModel, RobertaForCausalLM, GenerationMixin):
     """[`RobertaForCausalLM`] (causal LM with `is_decoder=True`) with `config.norm_type` norms."""
 
     _auto_class = "AutoModelForCausalLM"

@@ -16,6 +16,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+from transformers import GenerationMixin
 from transformers.models.xlm_roberta.modeling_xlm_roberta import (
     XLMRobertaForCausalLM,
     XLMRobertaForMaskedLM,
@@ -57,7 +58,7 @@ class XLMRobertaNormModel(XLMRobertaNormPreTrainedModel, XLMRobertaModel):
     _auto_class = "AutoModel"
 
 
-class XLMRobertaNormForCausalLM(XLMRobertaNormPreTrainedModel, XLMRobertaForCausalLM):
+class XLMRobertaNormForCausalLM(XLMRobertaNormPreTrainedModel, XLMRobertaForCausalLM, GenerationMixin):
     """[`XLMRobertaForCausalLM`] (causal LM with `is_decoder=True`) with `config.norm_type` norms."""
 
     _auto_class = "AutoModelForCausalLM"

@@ -12,7 +12,7 @@ from conftest import tiny_config
 from huggingface_hub.errors import StrictDataclassClassValidationError
 
 import hf_norms
-from hf_norms.models.family_registry import MODEL_CLASSES
+from hf_norms.models.family_registry import FAMILIES, MODEL_CLASSES
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
@@ -98,3 +98,31 @@ def test_token_aware_norms_refuse_feed_forward_chunking(norm_type):
     with pytest.raises((ValueError, StrictDataclassClassValidationError), match="chunk_size_feed_forward"):
         tiny_config("bert", norm_type, chunk_size_feed_forward=2)
     assert tiny_config("bert", "dyt", chunk_size_feed_forward=2).chunk_size_feed_forward == 2
+
+
+CAUSAL_LM_CLASSES = [
+    name for name in sorted(MODEL_CLASSES) if MODEL_CLASSES[name]._auto_class == "AutoModelForCausalLM"
+]
+
+
+@pytest.mark.parametrize("name", CAUSAL_LM_CLASSES)
+def test_causal_lm_heads_inherit_generation_mixin_and_generate_alike_with_and_without_the_cache(name):
+    """transformers 5 asks a generating class to name `GenerationMixin` among its own bases (its generation tests
+    check `"GenerationMixin" in str(model_class.__bases__)`, as the stock heads do); greedy decoding of a tiny random
+    model gives the same tokens with the KV cache as without it, SepNorm's [CLS] included."""
+    model_class = MODEL_CLASSES[name]
+    assert "GenerationMixin" in str(model_class.__bases__)
+    family = next(spec.name for spec in FAMILIES.values() if model_class in spec.heads)
+    config = tiny_config(family, "sepnorm", is_decoder=True, sepnorm_prefix_norm="layernorm", pad_token_id=0)
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, hf_norms.SeparateNorm):
+                module.prefix_norm.weight.uniform_(0.5, 2.0)
+    prompt = torch.randint(5, 90, (2, 5), generator=torch.Generator().manual_seed(0))
+    settings = {"max_new_tokens": 6, "do_sample": False, "attention_mask": torch.ones_like(prompt)}
+    cached = model.generate(prompt, use_cache=True, **settings)
+    uncached = model.generate(prompt, use_cache=False, **settings)
+    assert cached.shape == (2, 11)
+    assert torch.equal(cached, uncached)
