@@ -273,3 +273,68 @@ def test_sepnorm_batch_statistics_on_packed_rows_are_those_of_the_sequences_batc
     for name in ("running_mean", "running_var"):
         stats = getattr(packed_norm.prefix_norm, name), getattr(batched_norm.prefix_norm, name)
         assert (stats[0] - stats[1]).abs().max().item() <= TOLERANCE, name
+
+
+def test_compiled_sepnorm_finds_cls_as_eager_does_on_left_padded_and_packed_rows():
+    """One graph (`fullgraph=True`) from the call's mask and position ids to SepNorm's output: traced, shapes cannot
+    depend on values, so SepNorm picks the prefix rows with `torch.where` (eval) or gathers each row's [CLS] (a
+    BatchNorm in training, left padding); packed rows in training are refused in one line."""
+
+    def sepnorm(norm, states, attention_mask, position_ids):
+        prefix_mask = sequence_prefix_mask(1, attention_mask, position_ids, states.shape[:2])
+        return norm(
+            states, TokenLayout(1, (1, states.shape[1] - 1), attention_mask, prefix_mask, attention_mask is None)
+        )
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    norm = SeparateNorm(48, 1, prefix_norm="batchnorm")
+    with torch.no_grad():
+        norm.prefix_norm.running_mean.uniform_(-1.0, 1.0)
+    left = text_call(Shape("left-padded", text="left-padded"))["attention_mask"], None
+    packed = None, text_call(Shape("packed-rows", text="packed"))["position_ids"]
+    compiled = torch.compile(sepnorm, backend="aot_eager", fullgraph=True)
+    for training, (mask, positions) in [(False, left), (False, packed), (True, left)]:
+        states = torch.randn(2, (mask if mask is not None else positions).shape[1], 48) * 2 + 1
+        eager_norm = copy.deepcopy(norm).train(training)
+        expected = sepnorm(eager_norm, states, mask, positions)
+        got = compiled(norm.train(training), states, mask, positions)
+        assert (got - expected).abs().max().item() <= TOLERANCE, (training, mask is None)
+        assert torch.equal(norm.prefix_norm.running_mean, eager_norm.prefix_norm.running_mean)
+    with pytest.raises(Exception, match="cannot be traced in training on packed rows"):
+        compiled(norm.train(), torch.randn(2, sum(SEQUENCE_LENGTHS), 48), *packed)
+
+
+@pytest.mark.parametrize(
+    ("family", "shape"),
+    [
+        ("vit", Shape("non-square-config", NON_SQUARE, size=(40, 56))),
+        ("deit", Shape("non-square-config", NON_SQUARE, size=(40, 56))),
+        ("vit", Shape("interpolated-non-square", size=(40, 56), interpolate=True)),
+        ("clipvision", Shape("interpolated-non-square", size=(40, 56), interpolate=True)),
+        ("dinov2", Shape("interpolated-non-square", size=(40, 56), interpolate=True)),
+    ],
+    ids=lambda value: value if isinstance(value, str) else value.name,
+)
+def test_lape_normalises_the_position_embeddings_the_stock_model_adds(family, shape):
+    """LaPE's first layer adds `pe_norm(p)` where `p` is what the stock embeddings add: the table unchanged at the
+    trained size (of any grid), the stock interpolation of it when the call asks for another size."""
+    torch.manual_seed(0)
+    model = bare_class(family)(tiny_config(family, "lape", **shape.config)).eval()
+    call = call_for(family, shape)
+    with torch.no_grad():
+        model(**call)
+        context = next(module.norm_context for module in model.modules() if hasattr(module, "norm_context"))
+        first = context.per_layer_positions[0]
+        stock = stock_class(family)(stock_config(model.config)).eval()
+        stock.load_state_dict(model.state_dict(), strict=False)
+        embeddings, (height, width) = stock.embeddings, shape.size
+        if shape.interpolate:
+            tokens = embeddings(
+                call["pixel_values"], **({"interpolate_pos_encoding": True} if family != "dinov2" else {})
+            )
+            positions = type(embeddings).interpolate_pos_encoding(embeddings, tokens, height, width)
+        else:
+            positions = embeddings.position_embeddings
+        expected = model.encoder_layers[0].pe_norm(positions)
+    assert first.shape == expected.shape and (first - expected).abs().max().item() <= TOLERANCE
