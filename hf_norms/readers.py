@@ -452,7 +452,10 @@ def checked_copy(path: Path, copy: Path) -> None:
                 _check_csv(path, source, target, "\t" if suffix == ".tsv" else ",")
             else:
                 for number, offset, raw in _bounded_lines(path, source):
-                    _ = _json_row(path, number, raw) if suffix == ".jsonl" else decoded(path, offset, raw)
+                    if suffix == ".jsonl":
+                        _json_row(path, number, raw)
+                    else:  # .txt: UTF-8 lines
+                        decoded(path, offset, raw)
                     target.write(raw)
     except OSError as error:
         raise ConversionError(f"{path} cannot be read ({error.strerror}); check the data path.") from None
