@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import json
 import logging
-import shlex
+import os
 import sys
 import typing
 from collections.abc import Callable
@@ -26,23 +26,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import register_models
 from .cli_parsing import ArgumentsParser, OneLineParser, did_you_mean, spellings
-from .conversion.arguments import ConvertArguments, HealArguments
+from .conversion.arguments import ConvertArguments, HealArguments, check_heal_folder, check_source_name
 from .conversion.heal import DESCRIPTION as HEAL_DESCRIPTION
 from .conversion.heal import HELP as HEAL_HELP
 from .demo import DemoArguments
 from .environment import EnvArguments, run_env
-from .errors import InputError, handled_errors
-from .hub.arguments import PushArguments
+from .errors import handled_errors
+from .hub.arguments import PushArguments, check_folder
 from .hub.server.arguments import HubArguments
 from .redaction import redacted_output
 from .version import VERSION
 
 
 def run_convert(arguments: ConvertArguments) -> int:
-    from .conversion.checkpoint_io import check_source_name
-
-    check_source_name(str(arguments.source))  # a mistyped folder, before the imports that take seconds
     from .conversion.convert import convert_checkpoint
     from .conversion.report import stage_summary
 
@@ -66,7 +64,6 @@ def run_heal(arguments: HealArguments) -> int:
 def run_push(arguments: PushArguments) -> int:
     from .hub.publish import publish, pushed_line
 
-    check_push_order(arguments.repo_id, arguments.folder)
     # hf-norms' own INFO lines (what is skipped, what is uploaded) unless --quiet; other libraries' from WARNING (httpx
     # logs every request at INFO)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -85,16 +82,6 @@ def run_push(arguments: PushArguments) -> int:
     return 0
 
 
-def check_push_order(repo_id: str, local_path: str) -> None:
-    """Refuse `hf-norms push DIR REPO_ID`, the order of hf-norms 0.1: a first argument that is a folder and a second
-    that is not."""
-    if Path(repo_id).is_dir() and not Path(local_path).is_dir():
-        raise InputError(
-            f"{repo_id!r} is a folder and {local_path!r} is not: the order is REPO_ID LOCAL_PATH, as in `hf upload`; "
-            f"run `hf-norms push {shlex.quote(local_path)} {shlex.quote(repo_id)}`."
-        )
-
-
 def run_hub(arguments: HubArguments) -> int:
     from .hub.server import serve_forever
 
@@ -109,12 +96,16 @@ def run_demo(arguments: DemoArguments) -> int:
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: its arguments dataclass, one line of help, its description and what runs it."""
+    """A subcommand: its arguments dataclass, one line of help, its description, what runs it, what it refuses before
+    anything imports torch (`check`: the places it is given, reading no file) and whether it uses the models
+    (`hf_norms.register_models` registers them with transformers before it runs)."""
 
     arguments: type
     help: str
     description: str
     run: Callable[[Any], int]
+    check: Callable[[Any], Any] = lambda arguments: None
+    models: bool = True
 
     def parser(self, name: str) -> ArgumentsParser:
         return ArgumentsParser(self.arguments, prog=f"hf-norms {name}", description=self.description)
@@ -137,8 +128,15 @@ COMMANDS = {
         "calibrated on --calibration-data (DyT, Derf). The output folder holds a normal checkpoint, its remote code "
         "and conversion_report.{json,md,png}.",
         run_convert,
+        check=lambda arguments: check_source_name(os.fspath(arguments.source)),
     ),
-    "heal": Command(HealArguments, HEAL_HELP, HEAL_DESCRIPTION, run_heal),
+    "heal": Command(
+        HealArguments,
+        HEAL_HELP,
+        HEAL_DESCRIPTION,
+        run_heal,
+        check=lambda arguments: check_heal_folder(arguments.folder),
+    ),
     "push": Command(
         PushArguments,
         "publish a checkpoint folder with its model card to a Hub endpoint (arguments as `hf upload`)",
@@ -149,6 +147,7 @@ COMMANDS = {
         "keys or credentials are never uploaded, no file holding the token ever is, and code that is not hf-norms' "
         "own only with --allow-custom-code.",
         run_push,
+        check=lambda arguments: check_folder(arguments.folder),
     ),
     "hub": Command(
         HubArguments,
@@ -156,6 +155,7 @@ COMMANDS = {
         "Serve the part of the Hub API that huggingface_hub and transformers use (repos, commits, branches, tags, "
         "downloads) on 127.0.0.1, from a folder on disk; point clients at it with the printed HF_ENDPOINT.",
         run_hub,
+        models=False,
     ),
     "env": Command(
         EnvArguments,
@@ -163,6 +163,7 @@ COMMANDS = {
         "Print hf-norms', Python's and the libraries' versions, the transformers releases hf-norms is tested on, the "
         "accelerator torch sees and the Hub endpoint, for a bug report (as `transformers env`; never a token).",
         run_env,
+        models=False,
     ),
 }
 FINETUNE_HELP = (
@@ -175,8 +176,8 @@ FINETUNE_DESCRIPTION = (
     "converted to --norm_type as it loads) or from scratch, on a datasets dataset, an imagefolder, a CSV/JSON/Parquet "
     "file or packaged:fashion-mnist / packaged:bbc-news. Options may also come from one .json or .yaml file."
 )
-# The most used `TrainingArguments` options, shown by `hf-norms finetune --help` (their defaults read from transformers'
-# source: `training.arguments.trainer_fields`): name -> help.
+# The most used `TrainingArguments` options, shown by `hf-norms finetune --help` (which imports no transformers, so it
+# shows no defaults of theirs: `--help-all` is transformers' listing, with the defaults): name -> help.
 FINETUNE_TRAINER_OPTIONS: dict[str, str] = {
     "output_dir": "where checkpoints, the final model and its metrics are written",
     "num_train_epochs": "epochs to train, unless --max_steps is set",
@@ -194,10 +195,15 @@ FINETUNE_TRAINER_OPTIONS: dict[str, str] = {
 }
 
 
+FINETUNE_TRAINER_FLAGS = ("use_cpu", "bf16", "push_to_hub")  # given alone: `--bf16`
+
+
 def run_finetune(arguments: list[str]) -> int:
     """`hf-norms finetune ...`: `--help` lists hf-norms' options and the most used Trainer options without importing
-    transformers; `--help-all` is transformers' listing of every option; anything else is parsed by transformers'
-    `HfArgumentParser`, as in its example scripts (`hf_norms.training.finetune.main`)."""
+    transformers; `--help-all` is transformers' listing of every option; anything else is checked as far as it can be
+    without transformers (`training.arguments.check_command_line`), then, with `TrainingArguments` imported, the option
+    names (`training.trainer_arguments.check_trainer_options`), and parsed by transformers' `HfArgumentParser`, as in its
+    example scripts (`hf_norms.training.finetune.main`)."""
     if "-h" in arguments or "--help" in arguments:
         parser = finetune_help_parser()
         parser.print_help()
@@ -205,7 +211,11 @@ def run_finetune(arguments: list[str]) -> int:
     with handled_errors("hf-norms finetune") as outcome:  # importing transformers takes seconds: a Ctrl-C may come
         from .training.arguments import check_command_line
 
-        check_command_line(arguments)  # a wrong batch size, count or rate: one line at once, before the slow imports
+        check_command_line(arguments)  # a wrong batch size, count or rate: one line at once, before transformers
+        from .training.trainer_arguments import check_trainer_options
+
+        check_trainer_options(arguments)  # a mistyped Trainer option: before datasets, the Trainer and the models
+        register_models()
         from .training.finetune import main
 
         outcome.status = main(["--help"] if "--help-all" in arguments else arguments)
@@ -213,9 +223,9 @@ def run_finetune(arguments: list[str]) -> int:
 
 
 def finetune_help_parser() -> argparse.ArgumentParser:
-    """A parser whose help is `hf-norms finetune --help`: the options of `ModelArguments` and `DataArguments` (their
-    help and defaults), then `FINETUNE_TRAINER_OPTIONS`. It only renders help; transformers parses a real run."""
-    from .training.arguments import DataArguments, ModelArguments, OutputArguments, trainer_fields
+    """A parser whose help is `hf-norms finetune --help`: the options of `ModelArguments`, `DataArguments` and
+    `OutputArguments` (their help and defaults), then `FINETUNE_TRAINER_OPTIONS`. It only renders help; transformers parses a real run."""
+    from .training.arguments import OWN_ARGUMENTS
 
     parser = OneLineParser(
         prog="hf-norms finetune",
@@ -223,17 +233,17 @@ def finetune_help_parser() -> argparse.ArgumentParser:
         description=FINETUNE_DESCRIPTION,
         epilog=(
             "Every other TrainingArguments option is accepted too (weight_decay, warmup_steps, eval_steps, "
-            "logging_steps, gradient_accumulation_steps, ...): `hf-norms finetune --help-all` lists them all."
+            "logging_steps, gradient_accumulation_steps, ...): `hf-norms finetune --help-all` lists them all, with their defaults."
         ),
     )
-    for title, arguments in (("model", ModelArguments), ("data", DataArguments), ("output", OutputArguments)):
+    for title, arguments in zip(("model", "data", "output"), OWN_ARGUMENTS, strict=True):
         group = parser.add_argument_group(f"{title} options ({arguments.__name__})")
         types = typing.get_type_hints(arguments)
         for field in dataclasses.fields(arguments):
             add_help_option(group, field.name, field.default, field.metadata["help"], literal_values(types[field.name]))
     group = parser.add_argument_group("the most used Trainer options (TrainingArguments)")
     for name, help_text in FINETUNE_TRAINER_OPTIONS.items():
-        add_help_option(group, name, trainer_fields()[name][1], help_text)
+        add_help_option(group, name, False if name in FINETUNE_TRAINER_FLAGS else None, help_text)
     return parser
 
 
@@ -298,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
             return run_finetune(argv[1:])
         with handled_errors(f"hf-norms {argv[0] if argv else ''}".strip()) as outcome:
             name, arguments = parse(argv)
+            COMMANDS[name].check(arguments)
+            if COMMANDS[name].models:
+                register_models()
             outcome.status = COMMANDS[name].run(arguments) or 0
         return outcome.status
 

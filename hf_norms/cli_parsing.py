@@ -1,5 +1,7 @@
 """How the `hf-norms` command line parses its arguments: each command's options are the fields of one dataclass, parsed
-by transformers' `HfArgumentParser` with hf-norms' conventions (`ArgumentsParser`).
+by `ArgumentsParser` as transformers' `HfArgumentParser` parses them (the same options from the same field types,
+`--no_x` for a boolean that defaults to True), with hf-norms' conventions. It is built on argparse alone, so that
+`--help` and every usage error are answered without importing transformers (or torch).
 
 - An option is declared once, as a dataclass field (its type, default, help and other spellings): the command line,
   the Python API and the reports read the same object. `option(help, default, **metadata)` declares one.
@@ -19,14 +21,12 @@ field to False) and `cli=False` (the Python API's only).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import difflib
+import types
+import typing
 from collections.abc import Iterable, Sequence
-from types import MappingProxyType
-from typing import Any, NoReturn
-
-from transformers import HfArgumentParser
+from typing import Any, Literal, NoReturn
 
 HF_NORMS_METADATA = ("positional", "repeatable", "negation", "cli")
 
@@ -121,41 +121,73 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-class ArgumentsParser(OneLineParser, HfArgumentParser):
-    """`HfArgumentParser` of one dataclass (`dataclass_type`), with the conventions and the metadata of the module
-    docstring; `parse(argv)` returns the dataclass."""
+TRUE_WORDS = ("yes", "true", "t", "y", "1")
+FALSE_WORDS = ("no", "false", "f", "n", "0")
+
+
+def read_bool(text: str | bool) -> bool:
+    """A boolean option's value as `HfArgumentParser` reads it: yes/no, true/false, t/f, y/n, 1/0 (any case)."""
+    if isinstance(text, bool):
+        return text
+    if text.lower() in TRUE_WORDS + FALSE_WORDS:
+        return text.lower() in TRUE_WORDS
+    raise argparse.ArgumentTypeError(
+        f"Truthy value expected: got {text} but expected one of yes/no, true/false, t/f, y/n, 1/0 (case insensitive)."
+    )
+
+
+def value_type(annotation: Any) -> Any:
+    """The type a field's command-line value is read as: `X` of `X | None`; the field's own type otherwise."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    present = [member for member in members if member is not type(None)]
+    return present[0] if len(present) == 1 else annotation
+
+
+class ArgumentsParser(OneLineParser):
+    """The parser of one dataclass (`dataclass_type`), each field an option as `HfArgumentParser` makes it, with the
+    conventions and the metadata of the module docstring; `parse(argv)` returns the dataclass."""
 
     def __init__(self, dataclass_type: type, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.dataclass_type = dataclass_type
-        super().__init__(dataclass_types=[dataclass_type], **kwargs)
+        annotations = typing.get_type_hints(dataclass_type)
+        for field in dataclasses.fields(dataclass_type):
+            if field.init:
+                self.add_field(field, value_type(annotations[field.name]))
 
-    @staticmethod
-    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+    def add_field(self, field: dataclasses.Field, kind: Any) -> None:
+        """The option (or positional argument) of one field, read as `kind`."""
         metadata = dict(field.metadata)
         positional, repeatable, negation, cli = (metadata.pop(key, None) for key in HF_NORMS_METADATA)
         aliases = list(
             dict.fromkeys(spelling for alias in metadata.pop("aliases", []) for spelling in spellings(alias))
         )
+        names, default = [*spellings(f"--{field.name}"), *aliases], dataclass_default(self.dataclass_type, field.name)
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         if cli is False:
             return
         if positional:
-            optional = field.default is not dataclasses.MISSING
-            parser.add_argument(field.name, nargs="?" if optional else None, metavar=metadata.get("metavar"),
-                                default=field.default if optional else None, help=metadata.get("help"))  # fmt: skip
+            self.add_argument(field.name, nargs=None if required else "?", metavar=metadata.get("metavar"),
+                              default=default, help=metadata.get("help"))  # fmt: skip
             return
         if repeatable:
-            parser.add_argument(*spellings(f"--{field.name}"), *aliases, dest=field.name, action="append",
-                                default=None, metavar=metadata.get("metavar"), help=metadata.get("help"))  # fmt: skip
+            self.add_argument(*names, dest=field.name, action="append", default=None, metavar=metadata.get("metavar"),
+                              help=metadata.get("help"))  # fmt: skip
             return
-        plain = copy.copy(field)
-        plain.metadata = MappingProxyType({**metadata, "aliases": aliases})
-        HfArgumentParser._parse_dataclass_field(parser, plain)
-        complement = parser._option_string_actions.get(f"--no_{field.name}")  # transformers' `--no_X` of a True bool
-        if complement is not None:
-            complement.help = f"the opposite of --{field.name.replace('_', '-')}"
+        read = read_bool if kind is bool else kind
+        if typing.get_origin(kind) is Literal:  # each choice read from its text, as `HfArgumentParser` reads it
+            choices = {str(choice): choice for choice in typing.get_args(kind)}
+            metadata.setdefault("choices", tuple(choices.values()))
+            read = lambda text: choices.get(text, text)  # noqa: E731
+        elif kind is bool and default is not None:
+            metadata = {"nargs": "?", "const": True, **metadata}
+        self.add_argument(*names, dest=field.name, type=read, required=required, default=None if required else default,
+                          **metadata)  # fmt: skip
+        opposite = f"the opposite of --{field.name.replace('_', '-')}"
+        if kind is bool and default is True:
+            self.add_argument(*spellings(f"--no_{field.name}"), dest=field.name, action="store_false", help=opposite)
         if negation:
-            parser.add_argument(*spellings(negation), dest=field.name, action="store_const", const=False,
-                                help=f"the opposite of --{field.name.replace('_', '-')}")  # fmt: skip
+            self.add_argument(*spellings(negation), dest=field.name, action="store_const", const=False, help=opposite)
 
     def parse(self, argv: Sequence[str]) -> Any:
         """The dataclass of `argv`: an unknown option or a missing one is a usage error; a value the dataclass refuses

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from .cli_parsing import option
 from .errors import OutputFolderError
-from .hub.server import HubServer
 from .output_folders import claim_folder, made_by_hf_norms
 
 
@@ -166,6 +165,7 @@ def run_demo(arguments: DemoArguments) -> int:
 
     from .conversion.convert import convert
     from .hub.publish import push_to_hub
+    from .hub.server import HubServer
     from .packaged import dinov2_small_path, minilm_path
 
     workdir = Path(arguments.workdir or tempfile.mkdtemp(prefix="hf-norms-demo-"))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Literal
 
 from ..cli_parsing import did_you_mean, flag, option, required
@@ -22,7 +24,36 @@ from ..models.norm_spec import FLOAT_MAX
 Device = Literal["auto", "cpu", "cuda"]
 DEVICE_CHOICES = Device.__args__
 DEVICE_HELP = "auto (default): a CUDA GPU when torch sees one, else the CPU; choose GPUs with CUDA_VISIBLE_DEVICES"
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 TOKEN_HELP = "Hub token (default: HF_TOKEN, else the login stored by `hf auth login`); never printed"
+
+
+def looks_like_a_path(text: str) -> bool:
+    """Whether `text` names a local folder rather than a Hub id `org/name`: it starts with `.`, `/` or `~`, ends with a
+    separator, has no `/` or more than one, or holds a backslash."""
+    return text.startswith((".", "/", "~")) or text.endswith(("/", os.sep)) or text.count("/") != 1 or "\\" in text
+
+
+def check_source_name(text: str) -> bool:
+    """Whether the source `text` is a local folder (True) or a Hub id (False); anything else, a file or a path that
+    does not exist, is a `ConversionError` naming it. Reads no file and imports nothing, so the command line refuses
+    a mistyped path before it imports torch."""
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise ConversionError(f"Source {text!r} is a file; give the checkpoint folder that holds config.json.")
+        return True
+    if looks_like_a_path(text) or not HUB_ID.match(text):
+        raise ConversionError(
+            f"There is no folder {str(local.resolve())!r}; give an existing checkpoint folder, or a Hub id 'org/name'."
+        )
+    return False
+
+
+def check_heal_folder(folder: str | os.PathLike) -> None:
+    """Refuse, reading no file, a folder to heal that does not exist (the command line, before it imports torch)."""
+    if not Path(folder).expanduser().is_dir():
+        raise ConversionError(f"There is no folder {os.fspath(folder)!r}; give the folder `hf-norms convert` wrote.")
 
 
 def check_counts(arguments: Any, *names: str) -> None:

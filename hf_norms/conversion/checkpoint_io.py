@@ -20,6 +20,7 @@ from ..errors import ConversionError
 from ..models.norm_registry import STOCK
 from ..output_folders import move_aside
 from ..readers import JSON_LIMIT, parse_json, read_json_object
+from .arguments import check_source_name
 from .config_checks import check_source_config
 from .trainer_state import check_trainer_state, check_training_files
 
@@ -28,7 +29,6 @@ logger = logging.getLogger(__name__)
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_FILE = "model.safetensors"
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 # Bytes per element of each safetensors dtype.
 DTYPE_SIZES = {
     "BOOL": 1,
@@ -67,28 +67,6 @@ class SourceCheckpoint:
     @property
     def weight_keys(self) -> frozenset[str]:
         return frozenset(self.weight_shapes)
-
-
-def looks_like_a_path(text: str) -> bool:
-    """Whether `text` names a local folder rather than a Hub id `org/name`: it starts with `.`, `/` or `~`, ends with a
-    separator, has no `/` or more than one, or holds a backslash."""
-    return text.startswith((".", "/", "~")) or text.endswith(("/", os.sep)) or text.count("/") != 1 or "\\" in text
-
-
-def check_source_name(text: str) -> bool:
-    """Whether the source `text` is a local folder (True) or a Hub id (False); anything else, a file or a path that
-    does not exist, is a `ConversionError` naming it. Reads no file and imports nothing, so the command line refuses
-    a mistyped path before it imports torch."""
-    local = Path(text).expanduser()
-    if local.exists():
-        if not local.is_dir():
-            raise ConversionError(f"Source {text!r} is a file; give the checkpoint folder that holds config.json.")
-        return True
-    if looks_like_a_path(text) or not HUB_ID.match(text):
-        raise ConversionError(
-            f"There is no folder {str(local.resolve())!r}; give an existing checkpoint folder, or a Hub id 'org/name'."
-        )
-    return False
 
 
 def resolve_source(

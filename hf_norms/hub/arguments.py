@@ -3,7 +3,8 @@
 reads them. Imports neither torch nor transformers.
 
 `PushArguments` checks itself when it is made, so a push refuses before anything is read, created or sent: every
-option's type (a token that is not a string is never handed to the redaction, which would keep it), the branch
+option's type (a token that is not a string is never handed to the redaction, which would keep it), the order of
+the repo id and the folder (`check_push_order`), the repo id (`check_repo_id`), the branch
 (`check_revision`: a name git and the Hub both take) and the card's options (`check_card_options`: the rules the Hub's
 `/api/validate-yaml` applies, `hf_norms.hub.server.card_rules`). A mistake is one line (`CheckpointRefused`, or
 `ArgumentTypeError` for a wrong type), exit status 2 on the command line.
@@ -14,9 +15,14 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import typing
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from ..cli_parsing import flag, option, required
 from ..errors import ArgumentTypeError, CheckpointRefused, HubError, require_type
@@ -97,6 +103,8 @@ class PushArguments(CardArguments):
     def __post_init__(self) -> None:
         require_type("folder", self.folder, (str, os.PathLike), "the checkpoint folder to upload")
         require_type("repo_id", self.repo_id, str, "a Hub repo id such as my-org/vit-dyt")
+        check_push_order(self.repo_id, os.fspath(self.folder))
+        check_repo_id(self.repo_id)
         super().__post_init__()
         check_revision(self.revision)
         check_card_options(self)
@@ -148,6 +156,43 @@ def check_types(arguments: CardArguments) -> None:
             require_type(name, value, (list, tuple), "a string or a list of strings")
             for item in value:
                 require_type(name, item, str, "a string or a list of strings")
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse, in one line, a repo id that huggingface_hub refuses (`validate_repo_id`), e.g. `../evil`, or the Hub
+    does (`hub_takes`: ASCII, each part starting with a letter or digit), before the repo is created."""
+    try:
+        validate_repo_id(repo_id)
+        taken = all(map(hub_takes, repo_id.split("/")))
+    except HFValidationError:
+        taken = False
+    if not taken:
+        raise CheckpointRefused(
+            f"{repo_id!r:.120} is not a Hub repo id: give `name` or `namespace/name` (ASCII letters, digits, '-', '_', "
+            "'.', each part starting with a letter or digit; at most 96 characters; no '--' or '..'; not ending in "
+            "'.git'), e.g. my-org/vit-dyt."
+        )
+
+
+def check_push_order(repo_id: str, folder: str) -> None:
+    """Refuse a repo id that is a folder with a folder that is not (`hf-norms push DIR REPO_ID`, the order of hf-norms
+    0.1)."""
+    if Path(repo_id).is_dir() and not Path(folder).is_dir():
+        raise CheckpointRefused(
+            f"{repo_id!r} is a folder and {folder!r} is not: the order is REPO_ID LOCAL_PATH, as in `hf upload`; run "
+            f"`hf-norms push {shlex.quote(folder)} {shlex.quote(repo_id)}` (in Python: repo_id={folder!r}, "
+            f"folder={repo_id!r})."
+        )
+
+
+def check_folder(folder: str | os.PathLike) -> None:
+    """Refuse a folder to push that does not exist or is a file (reading no file; the command line checks it before it
+    imports torch, `publish` before it reads the folder)."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise CheckpointRefused(f"{folder} does not exist; give the folder a model was saved to.")
+    if not folder.is_dir():
+        raise CheckpointRefused(f"{folder} is not a folder; give the folder a model was saved to.")
 
 
 def check_revision(revision: str | None) -> None:

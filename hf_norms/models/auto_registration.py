@@ -1,8 +1,11 @@
-"""The hf-norms model types in transformers' Auto classes, through their public `register` calls.
+"""The hf-norms model types in transformers' Auto classes: configs at once, model classes when first looked up.
 
-`register_auto_classes()` (which `import hf_norms` calls) registers each family's config with `AutoConfig`, each of
-its heads with the Auto class its `_auto_class` names, and the image processor of one-channel models with
-`AutoImageProcessor`.
+`register_auto_classes()` (which `import hf_norms` calls) registers each family's config with `AutoConfig` and, in
+every Auto model class where transformers maps the family's stock model type, the family's hf-norms classes of the
+same names (`BertForMaskedLM` -> `BertNormForMaskedLM`). Those entries are imported when an Auto class first looks them
+up (`OnLookup` in an `ImportedOnLookup` mapping, as transformers' own `_LazyAutoMapping` imports its classes by
+name), so `import hf_norms` imports no modeling code; the first lookup of a vision family also registers the image
+processor of one-channel models with `AutoImageProcessor` (whose module imports transformers' modeling code).
 
 Besides each hf-norms config and its heads, every Auto class that has an hf-norms head takes norm options for the
 family's stock checkpoints: `AutoModel.from_pretrained("path/to/bert", norm_type="dtn")` gives the `BertNormModel` that
@@ -14,33 +17,97 @@ the stock class's own (the model built is the stock class itself), and with one,
 A config that holds a family's stock config as a part (`CLIPConfig` and its `vision_config`) maps in `AutoModel` to a
 `composite_router`: the stock class, which with a norm option says in one line which hf-norms class loads that part.
 
+The one name used from transformers outside its public API is each Auto mapping's `_extra_content` (what `register`
+fills) and its table of class names by model type (`_model_mapping`), read and replaced here only.
 Not part of the remote-code set (no model file imports it).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import transformers
+from transformers.models.auto import modeling_auto
 
 from .family_registry import FAMILIES
 from .family_spec import FamilySpec
-from .image_processing_norm import GrayscaleImageProcessor
-from .modeling_norm_utils import refuse_wrong_norm_keywords
 from .norm_registry import STOCK, looks_like_a_norm_keyword
 
 
-def heads_by_auto_class(family: FamilySpec) -> dict[str, tuple[type, ...]]:
-    """{Auto class name: the heads under it} of one family, each head by its `_auto_class`, the one the family's
-    `auto_map` names first (transformers picks between several by the checkpoint's `architectures`)."""
-    heads: dict[str, list[type]] = {}
-    for cls in family.heads:
-        heads.setdefault(cls._auto_class, []).append(cls)
-    primary = {name: reference.split(".")[1] for name, reference in family.auto_map.items()}
-    return {
-        name: tuple(sorted(classes, key=lambda cls: cls.__name__ != primary.get(name)))
-        for name, classes in heads.items()
-    }
+@dataclass(frozen=True)
+class OnLookup:
+    """An Auto mapping's entry that `load()` imports: the class (or classes) it maps to."""
+
+    load: Callable[[], Any]
+
+
+class ImportedOnLookup(dict):
+    """The registered entries of one Auto mapping (its `_extra_content`, config class -> model class or classes),
+    where an `OnLookup` entry is replaced by what it loads when it is first read."""
+
+    def __getitem__(self, key: Any) -> Any:
+        value = super().__getitem__(key)
+        if isinstance(value, OnLookup):
+            value = value.load()
+            super().__setitem__(key, value)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def values(self) -> list[Any]:  # type: ignore[override]
+        return [self[key] for key in self]
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        return [(key, self[key]) for key in self]
+
+
+def auto_model_classes() -> dict[str, type]:
+    """transformers' Auto model classes by name (`AutoModel`, `AutoModelForMaskedLM`, ...), each mapping once."""
+    classes: dict[str, type] = {}
+    for name, value in vars(modeling_auto).items():
+        mapping = getattr(value, "_model_mapping", None)
+        if name.startswith("AutoModel") and isinstance(value, type) and mapping is not None:
+            if all(other._model_mapping is not mapping for other in classes.values()):
+                classes[name] = value
+    return classes
+
+
+def lazy_entries(auto_class: type) -> ImportedOnLookup:
+    """The registered entries of `auto_class`'s mapping, made to import `OnLookup` entries when first read."""
+    mapping = auto_class._model_mapping
+    if not isinstance(mapping._extra_content, ImportedOnLookup):
+        mapping._extra_content = ImportedOnLookup(mapping._extra_content)
+    return mapping._extra_content
+
+
+def stock_names(auto_class: type, model_type: str) -> tuple[str, ...]:
+    """The names of the stock classes `auto_class` maps `model_type` to (none where it maps no such model)."""
+    names = auto_class._model_mapping._model_mapping.get(model_type, ())
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def norm_classes(family: FamilySpec, names: tuple[str, ...], on_import: Callable[[], None]) -> tuple[type, ...]:
+    """The family's hf-norms classes of the stock class `names` (`BertModel` -> `BertNormModel`), imported, after
+    `on_import()` and `register_image_processor`."""
+    on_import()
+    register_image_processor(family)
+    prefix = family.class_prefix
+    return tuple(getattr(family.modeling_module, name.replace(prefix, f"{prefix}Norm", 1)) for name in names)
+
+
+def register_image_processor(family: FamilySpec) -> None:
+    """`GrayscaleImageProcessor` under `AutoImageProcessor` for a vision family's config."""
+    if family.modality != "image":
+        return
+    from .image_processing_norm import GrayscaleImageProcessor
+
+    transformers.AutoImageProcessor.register(
+        family.config_class, image_processor_classes={"pil": GrayscaleImageProcessor}, exist_ok=True
+    )
 
 
 def stock_head(norm_class: type) -> type:
@@ -74,6 +141,8 @@ def refuse_norms_under_the_stock_type(norm_class: type, source, config) -> None:
 def routed_from_config(cls, config, **kwargs):
     """The stock class's `_from_config`, or with a norm option the hf-norms head's, on the stock config with the
     options set."""
+    from .modeling_norm_utils import refuse_wrong_norm_keywords
+
     options = {name: kwargs.pop(name) for name in list(kwargs) if looks_like_a_norm_keyword(name)}
     if not options:
         return cls.stock_class._from_config(config, **kwargs)
@@ -147,13 +216,21 @@ def composite_router(stock_class: type, part: str, family: FamilySpec, norm_clas
     return type(stock_class.__name__, (stock_class,), namespace)
 
 
-def register_composite_routers(family: FamilySpec, bare_model: type) -> None:
-    """A `composite_router` in `AutoModel` for each config that holds the family's stock config as a part."""
+def register_composite_routers(family: FamilySpec, on_import: Callable[[], None]) -> None:
+    """A `composite_router` in `AutoModel` for each config that holds the family's stock config as a part, made when
+    `AutoModel` first looks it up."""
+    lazy_entries(transformers.AutoModel)
     for composite in composite_configs(family):
-        if composite in transformers.MODEL_MAPPING:
+        names = stock_names(transformers.AutoModel, composite.model_type)
+        if names:
             part = next(key for key, value in composite.sub_configs.items() if value is family.stock_config_class)
-            router = composite_router(transformers.MODEL_MAPPING[composite], part, family, bare_model)
-            transformers.AutoModel.register(composite, router, exist_ok=True)
+            stock_model_names = stock_names(transformers.AutoModel, family.stock_model_type)
+
+            def load(names=names, part=part, bare=stock_model_names) -> type:
+                bare_model = norm_classes(family, bare, on_import)[0]
+                return composite_router(getattr(transformers, names[0]), part, family, bare_model)
+
+            transformers.AutoModel.register(composite, OnLookup(load), exist_ok=True)
 
 
 def one_or_several(classes: tuple[type, ...]) -> type | tuple[type, ...]:
@@ -161,20 +238,25 @@ def one_or_several(classes: tuple[type, ...]) -> type | tuple[type, ...]:
     return classes[0] if len(classes) == 1 else classes
 
 
-def register_auto_classes() -> None:
-    """Each family's config, its heads and, for the stock config, a `stock_router` per stock head, in every Auto class
-    that has one of its heads; `GrayscaleImageProcessor` under `AutoImageProcessor` for the vision families."""
+def register_auto_classes(on_import: Callable[[], None] = lambda: None) -> None:
+    """Each family's config, and in every Auto class that maps its stock model type, its heads under its config and,
+    under the stock config, a `stock_router` per head, each imported when first looked up (`OnLookup`), after
+    `on_import()` (`import hf_norms` installs the hf-norms card publisher then)."""
+    auto_classes = auto_model_classes()
     for family in FAMILIES.values():
         config_class = family.config_class
         transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        for auto_class_name, heads in heads_by_auto_class(family).items():
-            auto_class = getattr(transformers, auto_class_name)
-            auto_class.register(config_class, one_or_several(heads), exist_ok=True)
-            routers = tuple(stock_router(head) for head in heads)
-            auto_class.register(config_class.stock_config_class(), one_or_several(routers), exist_ok=True)
-        if "AutoModel" in heads_by_auto_class(family):
-            register_composite_routers(family, heads_by_auto_class(family)["AutoModel"][0])
-        if family.modality == "image":
-            transformers.AutoImageProcessor.register(
-                config_class, image_processor_classes={"pil": GrayscaleImageProcessor}, exist_ok=True
+        for auto_class in auto_classes.values():
+            names = stock_names(auto_class, family.stock_model_type)
+            if not names:
+                continue
+            lazy_entries(auto_class)
+            heads = OnLookup(lambda family=family, names=names: one_or_several(norm_classes(family, names, on_import)))
+            routers = OnLookup(
+                lambda family=family, names=names: one_or_several(
+                    tuple(map(stock_router, norm_classes(family, names, on_import)))
+                )
             )
+            auto_class.register(config_class, heads, exist_ok=True)
+            auto_class.register(family.stock_config_class, routers, exist_ok=True)
+        register_composite_routers(family, on_import)

@@ -4,7 +4,7 @@ A family is its configuration and modeling files plus one entry here; registrati
 conversion, folding, centring, fine-tuning, the cards and the command line read this registry. Also every model class
 by name (`MODEL_CLASSES`) and the family of a model type (`family_of`).
 
-Importing it imports the families' modeling code. Not part of the remote-code set (no model file imports it).
+Importing it imports the families' configs; `MODEL_CLASSES`, their modeling code. Not part of the remote-code set (no model file imports it).
 """
 
 from __future__ import annotations
@@ -141,8 +141,14 @@ FAMILIES: dict[str, FamilySpec] = {
     )
 }
 
-# Every hf-norms model class by name, e.g. MODEL_CLASSES["ViTNormForImageClassification"].
-MODEL_CLASSES: dict[str, type] = {cls.__name__: cls for spec in FAMILIES.values() for cls in spec.heads}
+
+def __getattr__(name: str) -> dict[str, type]:
+    """`MODEL_CLASSES`: every hf-norms model class by name, e.g. MODEL_CLASSES["ViTNormForImageClassification"], made
+    on first use, so that the configs (`FAMILIES`) cost no modeling code."""
+    if name != "MODEL_CLASSES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = {cls.__name__: cls for spec in FAMILIES.values() for cls in spec.heads}
+    return globals()[name]
 
 
 def family_of(model_type: object) -> FamilySpec | None:

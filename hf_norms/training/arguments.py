@@ -1,36 +1,26 @@
 """The options of `hf-norms finetune` that are hf-norms' own, as dataclasses for transformers' `HfArgumentParser`:
 which model (`ModelArguments`), which data and task (`DataArguments`) and how the output folder may be used
-(`OutputArguments`). The Trainer's own are `TrainingArguments`.
+(`OutputArguments`). The Trainer's own are `TrainingArguments` (`trainer_arguments`).
 
 The values that need no model or data to be judged (batch sizes, counts, rates: `CHECKED_VALUES`) are checked by
-`check_values` before anything is read or created, and by the command line (`check_command_line`) before the
-fine-tuning code (datasets, the Trainer) is imported, as are the option names: those of these dataclasses and of
-`TrainingArguments` (`trainer_fields`).
+`check_values` before anything is read or created, and by the command line (`check_command_line`) before
+transformers is imported: this module imports neither transformers nor torch. The option names, and the values a
+file of options gives, are checked once `TrainingArguments` is imported (`trainer_arguments.check_trainer_options`),
+before the fine-tuning code (datasets, the Trainer, the models).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import os
-import stat
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
-from transformers import HfArgumentParser, TrainingArguments
-
-from ..cli_parsing import did_you_mean
-from ..conversion.checkpoint_io import looks_like_a_path
+from ..conversion.arguments import looks_like_a_path
 from ..errors import FinetuneInputError
 from ..models.norm_registry import NORM_NAMES, unknown_norm_type
-from ..readers import read_json
-from .option_values import read_value
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
 ONE_MODEL = "Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type (train from scratch)."
@@ -145,6 +135,9 @@ class OutputArguments:
     )
 
 
+OWN_ARGUMENTS = (ModelArguments, DataArguments, OutputArguments)
+
+
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -175,22 +168,6 @@ CHECKED_VALUES: dict[str, tuple[type, Callable[[Any], bool], str]] = {
 }
 
 
-# TrainingArguments options whose value is keyword arguments: a mapping (`TrainingArguments` reads the JSON text of one
-# from the command line, and keeps any other text as it is, which the Trainer would unpack with ** once training starts)
-KEYWORD_OPTIONS = ("lr_scheduler_kwargs", "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")
-
-
-def check_keyword_options(training_args: TrainingArguments) -> None:
-    """Refuse, in one line, a `KEYWORD_OPTIONS` value that is not a mapping (`--lr_scheduler_kwargs '[1]'`)."""
-    for name in KEYWORD_OPTIONS:
-        value = getattr(training_args, name, None)
-        if value is not None and not isinstance(value, dict):
-            raise FinetuneInputError(
-                f"{name} must be a mapping (on the command line, the JSON text of one, such as '{{\"power\": 2.0}}'), "
-                f"got {value!r}."
-            )
-
-
 def check_values(values: Mapping[str, Any]) -> None:
     """Refuse, in one line, a value of `CHECKED_VALUES` that is not good, or a `norm_type` that is not registered
     (others in `values` are not judged here)."""
@@ -206,61 +183,22 @@ def arguments_file(argv: list[str]) -> Path | None:
     return Path(argv[0]) if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")) else None
 
 
-def read_arguments_file(path: Path) -> dict[str, Any]:
-    """The options in a `.json` or `.yaml` file, read by `readers.read_json` (size and nesting bounded), each value read
-    as the command line reads the option's text (`option_values.read_value`): an unknown option or a value of the
-    wrong type is refused in one line naming it and the file. A file that is not a regular file (a FIFO, which would
-    wait for a writer, a device, a folder) is refused without being opened."""
-    fix = "give a file of options, as `hf-norms finetune --help` lists them"
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        regular = True  # missing or unreadable: `read_json` says why
-    if not regular:
-        raise FinetuneInputError(
-            f"{path} is not a regular file; give a .json or .yaml file of options, as `hf-norms finetune --help` "
-            "lists them."
-        )
-    options = read_json(path, fix) if path.suffix == ".json" else read_json(path, fix, _yaml, "YAML")
-    if not isinstance(options, dict):
-        raise FinetuneInputError(f"{path} holds a {type(options).__name__}, not a mapping of options; {fix}.")
-    actions, annotations = option_actions()
-    read = {}
-    for name, value in options.items():
-        if name not in annotations:
-            raise FinetuneInputError(
-                f"{name} in {path} is not an option of hf-norms finetune; see `hf-norms finetune --help`."
-            )
-        read[name] = read_value(name, value, actions[name], annotations[name], str(path))
-    return read
-
-
-def _yaml(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ValueError(" ".join(str(error).split())) from None
+def own_option_names() -> set[str]:
+    """The options of `ModelArguments`, `DataArguments` and `OutputArguments` as `HfArgumentParser` spells them:
+    `--name` and `--name-with-dashes`, and `--no_name` for a boolean that defaults to True."""
+    fields = [item for arguments in OWN_ARGUMENTS for item in dataclasses.fields(arguments)]
+    names = {item.name for item in fields} | {f"no_{item.name}" for item in fields if item.default is True}
+    return {spelling for name in names for spelling in (f"--{name}", f"--{name.replace('_', '-')}")}
 
 
 def check_command_line(argv: list[str]) -> None:
-    """Check the `CHECKED_VALUES` that `argv` (the arguments of `hf-norms finetune`, or one file of them) gives, and
-    that it names one model (a checkpoint or a model type), before the fine-tuning code (datasets, the Trainer) is
-    imported: `--name value` or `--name=value`, in either spelling, the last one counting."""
-    path = arguments_file(argv)
-    if path is not None:
-        options = read_arguments_file(path)
-        check_values(options)
-        if (options.get("model_name_or_path") is None) == (options.get("model_type") is None):
-            raise FinetuneInputError(ONE_MODEL)
-        check_model_path(options.get("model_name_or_path"))
+    """Check, before transformers is imported, what `argv` (the arguments of `hf-norms finetune`) gives that needs
+    neither the Trainer's options nor a model: the `CHECKED_VALUES` (`--name value` or `--name=value`, in either
+    spelling, the last one counting), the `norm_type`, that a checkpoint folder exists and, where every option is
+    hf-norms' own, that it names one model (a checkpoint or a model type). Other options are `TrainingArguments`' to
+    judge (`trainer_arguments.check_trainer_options`), as is a file of options."""
+    if arguments_file(argv) is not None:
         return
-    unknown = [argument.split("=")[0] for argument in argv if argument.startswith("--")
-               and argument.split("=")[0] not in option_names() | {"--help-all"}]  # fmt: skip
-    if unknown:
-        hint = did_you_mean(unknown[0], option_names())
-        raise FinetuneInputError(f"unrecognized option {unknown[0]}{hint} (see `hf-norms finetune --help`)")
     values = {}
     for index, argument in enumerate(argv):
         name, _, text = argument.removeprefix("--").partition("=")
@@ -274,10 +212,21 @@ def check_command_line(argv: list[str]) -> None:
         except ValueError:
             raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
     check_values({**values, "norm_type": option_value(argv, "norm_type")})
+    if all(name in own_option_names() for name in option_names_in(argv)):  # else a mistyped one may name the model
+        check_one_model(argv)
+    check_model_path(option_value(argv, "model_name_or_path"))
+
+
+def option_names_in(argv: list[str]) -> list[str]:
+    """The options `argv` gives, as spelled (`--name`, without `=value`), `--help-all` left out."""
+    return [argument.split("=")[0] for argument in argv if argument.startswith("--") and argument != "--help-all"]
+
+
+def check_one_model(argv: list[str]) -> None:
+    """Refuse `argv` unless it names exactly one model (a checkpoint or a model type), or asks for `--help-all`."""
     options = {argument[2:].partition("=")[0].replace("-", "_") for argument in argv if argument.startswith("--")}
     if len(options & {"model_name_or_path", "model_type"}) != 1 and "help_all" not in options:
         raise FinetuneInputError(ONE_MODEL)
-    check_model_path(option_value(argv, "model_name_or_path"))
 
 
 def option_value(argv: list[str], name: str) -> str | None:
@@ -298,60 +247,3 @@ def check_model_path(name_or_path: str | None) -> None:
     path = Path(name_or_path).expanduser()
     if not path.exists() and looks_like_a_path(name_or_path):
         raise FinetuneInputError(f"There is no checkpoint folder {str(path.resolve())!r}; check --model_name_or_path.")
-
-
-@cache
-def trainer_fields() -> dict[str, tuple[str, Any]]:
-    """`{name: (type, default)}` of transformers' `TrainingArguments`; a default made by a factory is None."""
-    return {
-        item.name: (str(item.type), None if item.default is dataclasses.MISSING else item.default)
-        for item in dataclasses.fields(TrainingArguments)
-    }
-
-
-def option_names() -> set[str]:
-    """Every option `hf-norms finetune` takes, as `HfArgumentParser` spells them: `--name` and `--name-with-dashes` for
-    each field of the argument dataclasses and of `TrainingArguments`, `--no_name` for a boolean that defaults to
-    True."""
-    fields = {item.name: (str(item.type), item.default) for dataclass_type in (ModelArguments, DataArguments, OutputArguments)
-              for item in dataclasses.fields(dataclass_type)}  # fmt: skip
-    fields |= trainer_fields()
-    names = {*fields, *(f"no_{name}" for name, (kind, default) in fields.items() if "bool" in kind and default is True)}
-    return {spelling for name in names for spelling in (f"--{name}", f"--{name.replace('_', '-')}")}
-
-
-ARGUMENT_CLASSES = (ModelArguments, DataArguments, OutputArguments, TrainingArguments)
-
-
-class FinetuneArgumentParser(HfArgumentParser):
-    """transformers' parser of the argument dataclasses, whose usage errors are one line with exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def build_argument_parser(**parser_options: Any) -> HfArgumentParser:
-    """The transformers-style parser of `ModelArguments`, `DataArguments`, `OutputArguments` and `TrainingArguments`."""
-    return FinetuneArgumentParser(ARGUMENT_CLASSES, **parser_options)
-
-
-@cache
-def option_actions() -> tuple[dict[str, argparse.Action], dict[str, str]]:
-    """`({field: the argparse action that reads its value}, {field: its type as text})` for every field of the
-    argument dataclasses: how the command line reads each option (a `--no_x` flag's action is not the one)."""
-    actions: dict[str, argparse.Action] = {}
-    for action in build_argument_parser()._actions:
-        if isinstance(action, argparse._StoreAction):
-            actions.setdefault(action.dest, action)
-    annotations = {name: type_text(hint) for arguments in ARGUMENT_CLASSES
-                   for name, hint in typing.get_type_hints(arguments).items() if name in actions}  # fmt: skip
-    return actions, annotations
-
-
-def type_text(hint: Any) -> str:
-    """A field's declared type as text, each member of a union by its name (`dict | str | NoneType`). Read from the
-    class's annotations: `HfArgumentParser` narrows the dataclass fields' own `type` in place."""
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    return " | ".join(
-        getattr(member, "__name__", str(member)) for member in (typing.get_args(hint) if union else [hint])
-    )

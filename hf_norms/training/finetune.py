@@ -76,17 +76,7 @@ from ..models.norms import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
 from ..readers import read_json_object
 from ..redaction import redacted_output, tokens_redacted
-from .arguments import (
-    CHECKED_VALUES,
-    DataArguments,
-    FinetuneArgumentParser,
-    ModelArguments,
-    arguments_file,
-    build_argument_parser,
-    check_keyword_options,
-    check_values,
-    read_arguments_file,
-)
+from .arguments import CHECKED_VALUES, DataArguments, ModelArguments, arguments_file, check_values
 from .data import (
     FinetuneInputError,
     ImageClassificationTransform,
@@ -111,6 +101,12 @@ from .model_setup import (
 )
 from .sync_batchnorm import convert_sync_batchnorm
 from .trainer import NormStateCallback, NormTrainer, create_trainer_model_card, only_the_trainers_bar
+from .trainer_arguments import (
+    FinetuneArgumentParser,
+    build_argument_parser,
+    check_keyword_options,
+    read_arguments_file,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ import datasets
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig, PreTrainedModel
 
+from ..conversion.arguments import looks_like_a_path
 from ..conversion.checkpoint_io import (
     ConversionError,
     check_weights,
-    looks_like_a_path,
     read_json_object,
 )
 from ..conversion.config_checks import check_config_values, check_model_fits, check_size_fields, check_source_config
