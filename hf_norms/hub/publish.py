@@ -54,7 +54,6 @@ from huggingface_hub.utils import validate_repo_id
 from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError
-from ..models.checkpoint_norms import norm_code
 from ..models.family_registry import MODEL_CLASSES, family_of
 from ..models.norm_registry import STOCK
 from ..output_folders import MARKER_NAME
@@ -165,12 +164,12 @@ def check_remote_code(folder: Path, config: dict[str, Any], model_class: type) -
             f"{folder / 'config.json'} lacks the auto_map entries {wrong}, so `trust_remote_code=True` would not load "
             "every head; save the model again with hf_norms (`model.save_pretrained(folder)` writes the full map)."
         )
-    files |= processor_code(folder) | norm_code(config)
+    files |= processor_code(folder)
     missing = sorted(name for name in files if not (folder / name).is_file())
     if missing:
         raise CheckpointRefused(
-            f"{folder} lacks the remote-code files {missing}; save the model again with hf_norms, which copies the "
-            "flat modeling files next to the weights."
+            f"{folder} lacks the remote-code files {missing}; save the model again with hf_norms, which writes its "
+            "remote-code files next to the weights."
         )
     return sorted(files)
 

@@ -20,7 +20,7 @@ from transformers.models.deit.modeling_deit import (
 
 from .configuration_deit_norm import DeiTNormConfig
 from .modeling_norm_utils import NormPreTrainedMixin, register_stock_key_renames
-from .modeling_vit_norm import VISION_LAYOUT
+from .norm_placement import FamilyLayout
 
 FAMILY_AUTO_MAP = {
     "AutoConfig": "configuration_deit_norm.DeiTNormConfig",
@@ -33,7 +33,7 @@ FAMILY_AUTO_MAP = {
 class DeiTNormPreTrainedModel(NormPreTrainedMixin, DeiTPreTrainedModel):
     config_class = DeiTNormConfig
     family_auto_map = FAMILY_AUTO_MAP
-    family_layout = VISION_LAYOUT
+    family_layout = FamilyLayout(layers="layers", attention_input="attention", text=False)  # as the stock ViT's
 
 
 class DeiTNormModel(DeiTNormPreTrainedModel, DeiTModel):

@@ -1,8 +1,9 @@
 """What every hf-norms model class shares: norm initialisation, loading a LayerNorm checkpoint into another norm_type,
 and saving a checkpoint that loads anywhere.
 
-Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
-relative imports of flat files.
+Part of the modeling file of a checkpoint's remote code (`checkpoint_code`), less what is `@package_only`: there the
+classes are transformers' remote-code classes, which load the checkpoint as saved, and save as remote code does
+(copying their two files).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from transformers.conversion_mapping import (
     register_checkpoint_conversion_mapping,
 )
 
-from .checkpoint_norms import write_norm_code
+from .checkpoint_code import write_checkpoint_code
 from .held_notices import held_back, load_report_of
 from .layernorm_loading import layernorm_loading_options, replace_load_notices
 from .norm_options import NORM_OPTION_NAMES
 from .norm_placement import FamilyLayout, place_norms
 from .norm_registry import STOCK, looks_like_a_norm_keyword, norm_keyword_problem
 from .norms import build_position_norm, init_norm_parameters
+from .package_only import package_only
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
@@ -46,6 +48,7 @@ def register_stock_key_renames(model_type: str, stock_class_name: str) -> None:
     )
 
 
+@package_only
 def refuse_wrong_norm_keywords(keywords: dict[str, Any], config: dict[str, Any]) -> None:
     """A ValueError in one line when `keywords` (of `from_pretrained` or `from_config`) hold a norm keyword that the
     model of `config` (a config dict, the keywords applied) would ignore or refuse late (`norm_keyword_problem`)."""
@@ -68,7 +71,8 @@ class NormPreTrainedMixin:
     - `from_pretrained(path, norm_type=...)` of a LayerNorm checkpoint goes through `from_layernorm_checkpoint`, which
       keeps its function wherever the mathematics allows (the Auto classes call it for stock checkpoints).
     - `save_pretrained` writes the runtime key layout (which the Trainer's best-model reload and resume load fully,
-      unlike transformers' default 4.x layout), the full `auto_map` of the family and the flat remote-code files.
+      unlike transformers' default 4.x layout), the full `auto_map` of the family and the checkpoint's two remote-code
+      files (`checkpoint_code`); `is_remote_code()` is False, so transformers copies none of the package's files.
     - `push_to_hub(repo_id, ...)` publishes as `hf-norms push` does, with the hf-norms card, once `import hf_norms` has
       set `hub_publisher`; transformers' push, with its stock card, otherwise.
     - `accepts_loss_kwargs = False`: every head's loss is the mean over its own batch. A `forward` taking `**kwargs`
@@ -86,6 +90,7 @@ class NormPreTrainedMixin:
     hub_publisher: ClassVar[Callable[..., Any] | None] = None
 
     @classmethod
+    @package_only
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """`PreTrainedModel.from_pretrained`; a LayerNorm checkpoint loaded into another `norm_type` (given as a keyword,
         without a `config`) is loaded by `from_layernorm_checkpoint`, which keeps its function wherever the mathematics
@@ -103,6 +108,7 @@ class NormPreTrainedMixin:
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     @classmethod
+    @package_only
     def from_layernorm_checkpoint(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
         """Load a LayerNorm checkpoint (stock, or hf-norms with `norm_type="layernorm"`) with the norm options given as
         keywords (`norm_type="dtn"`, ...), keeping its function wherever the mathematics allows.
@@ -177,6 +183,14 @@ class NormPreTrainedMixin:
             self.refuse_reentrant_checkpointing(gradient_checkpointing_kwargs)
             return super().gradient_checkpointing_enable(gradient_checkpointing_kwargs, *args, **kwargs)
 
+    @classmethod
+    @package_only
+    def is_remote_code(cls) -> bool:
+        """False: the package's classes are not remote code, so transformers' `save_pretrained` copies none of the
+        package's files (`save_pretrained` writes the checkpoint's generated ones)."""
+        return False
+
+    @package_only
     def save_pretrained(
         self,
         save_directory: str | os.PathLike,
@@ -185,20 +199,22 @@ class NormPreTrainedMixin:
         push_to_hub: bool = False,
         **kwargs,
     ):
-        """transformers' `save_pretrained` with the family's full `auto_map` (it copies the family's code beside the
-        weights), then the files of the checkpoint's own norms (`write_norm_code`). With `push_to_hub=True` the folder
-        is published once it is whole, by `push_to_hub` (to `repo_id`, else the folder's name): transformers' own
-        upload would run before the norms' files are written."""
-        self.config.auto_map = dict(self.family_auto_map)
+        """transformers' `save_pretrained` with the family's full `auto_map` (this class under its own Auto class), then the checkpoint's two remote-code
+        files, generated for its family and norms (`checkpoint_code`). With `push_to_hub=True` the folder is published
+        once it is whole, by `push_to_hub` (to `repo_id`, else the folder's name): transformers' own upload would run
+        before the remote code is written."""
+        own = {self._auto_class: f"{type(self).__module__.split('.')[-1]}.{type(self).__name__}"}
+        self.config.auto_map = {**self.family_auto_map, **(own if self._auto_class else {})}
         hub_options = {key: kwargs.pop(key) for key in PUSH_OPTIONS if push_to_hub and key in kwargs}
         saved = super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
         if kwargs.get("is_main_process", True) and os.path.isdir(save_directory):  # transformers refuses a file
-            write_norm_code(save_directory, self.config.to_dict())
+            write_checkpoint_code(save_directory, self.config.to_dict())
             if push_to_hub:
                 repo_id = hub_options.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
                 self.push_to_hub(repo_id, **hub_options)
         return saved
 
+    @package_only
     def push_to_hub(self, repo_id: str, **options: Any) -> Any:
         """Publish the model with the hf-norms card (`hub_publisher`), else as transformers does; `options` are
         transformers' `push_to_hub` keywords."""

@@ -1,6 +1,8 @@
 """LaPE: each layer's own LayerNorm of the position embedding, added to that layer's attention input (Yu et al.).
 
-Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+LaPE's registry entry names this file: its token norms are LayerNorms (`LayerNorm`, from `norm_layernorm`) and its
+per-layer position norms `PositionEmbeddingNorm`. Part of the modeling file of a checkpoint's remote code
+(`checkpoint_code`), which keeps `PositionEmbeddingNorm` for LaPE checkpoints only.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 import torch
 from torch import nn
 from transformers import initialization as init
+
+from .norm_layernorm import LayerNorm  # noqa: F401  # LaPE's token norms (its registry entry's layer class)
 
 
 class PositionEmbeddingNorm(nn.LayerNorm):
@@ -38,7 +42,7 @@ class PositionEmbeddingNorm(nn.LayerNorm):
 
 
 def lape_position_embeddings(
-    pe_norms: list[PositionEmbeddingNorm], position_embeddings: torch.Tensor, cascade: bool
+    pe_norms: list[nn.LayerNorm], position_embeddings: torch.Tensor, cascade: bool
 ) -> list[torch.Tensor]:
     """Each layer's normalised position embedding, `[1 or batch, seq_len, hidden]` like `position_embeddings`.
 

@@ -2,7 +2,8 @@
 norm's options, one field per `Option` of `norm_registry.NORM_TYPES`.
 
 Mixed into `ViTNormConfig`, `DeiTNormConfig`, `Dinov2NormConfig` and `BertNormConfig`; `validate_norm_options` runs
-through the `@strict` validation of transformers configs, at construction and before saving.
+through the `@strict` validation of transformers configs, at construction and before saving. Part of a checkpoint's
+configuration file (`checkpoint_code`), with the options of its own norms only, less what is `@package_only`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from transformers import configuration_utils
 from .held_notices import held_back, model_type_notice
 from .norm_registry import NORM_TYPES, STOCK, unknown_norm_type
 from .norm_spec import FLOAT_MAX
+from .package_only import package_only
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
 # Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)
@@ -79,11 +81,13 @@ class NormOptions(NormOptionFields):
         super().__post_init__(**kwargs)
 
     @classmethod
+    @package_only
     def stock_config_class(cls) -> type:
         """The stock config this config extends (`BertNormConfig` -> `BertConfig`)."""
         return next(base for base in cls.__mro__[1:] if getattr(base, "model_type", ""))
 
     @classmethod
+    @package_only
     def from_stock_config(cls, config, **options):
         """This family's config holding everything `config` (a stock config, or one of this family) holds, with the
         norm `options` set: its serialized fields, and the choices transformers keeps on a config without saving them
@@ -93,6 +97,7 @@ class NormOptions(NormOptionFields):
         return cls.from_dict({**config.to_dict(), **options}, **{k: v for k, v in runtime.items() if v is not None})
 
     @classmethod
+    @package_only
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         """`PreTrainedConfig.from_pretrained`, without transformers' notice that a checkpoint of the stock model type
         (`bert` for `bert_norm`) "can yield errors": reading the family's stock checkpoints is what this config is for."""

@@ -3,9 +3,8 @@
 A norm is its layer file (`norm_<name>.py`) plus one entry here; everything else (the config fields, building the
 models, converting, calibrating, folding, training, the command line's choices, the model cards) reads this registry.
 Each entry names its layer file and class, which `NormSpec.layer()` imports by name when first called, so this module
-imports neither torch nor transformers (the command line reads the names from here), and no static relative import
-(which transformers follows when it copies and fetches remote code) reaches every norm's file: a checkpoint carries
-only its own norms' files (`checkpoint_norms.py`).
+imports neither torch nor transformers (the command line reads the names from here). A checkpoint's remote code holds
+its own entries only, with the fields a model reads (`checkpoint_code.registry_source`).
 """
 
 from __future__ import annotations
@@ -304,8 +303,9 @@ NORM_TYPES: dict[str, NormSpec] = {
     "lape": NormSpec(
         name="lape",
         short_name="LaPE",
-        layer_module="norm_layernorm",
+        layer_module="norm_lape",
         layer_class="LayerNorm",
+        position_norm_class="PositionEmbeddingNorm",
         text=CardText(
             title="LaPE (layer-adaptive position embedding)",
             headline="with **LaPE**: its position embedding normalized by its own LayerNorm in every layer",
@@ -361,7 +361,6 @@ NORM_TYPES: dict[str, NormSpec] = {
         preserving_options={"lape_keep_input_pe": True},  # the input PE stays, every pe_norm starts at zero
         preserving_note="the input position embedding kept and pe_norm at zero in {count} layers",
         added_parameters=(".pe_norm.weight", ".pe_norm.bias"),
-        position_norms=True,
         keeps_input_position_embeddings=lambda config: config.lape_keep_input_pe,
         caveats=_lape_caveats,
     ),
@@ -449,9 +448,11 @@ def norm_keyword_problem(keywords: Iterable[str], norm_type: object, layer_norm_
 
 
 def layer_class_named(name: str) -> type:
-    """The layer class called `name` of a norm in the registry (`RMSNorm`, ...); AttributeError for any other name, as
-    a module attribute lookup raises."""
+    """The layer class called `name` of a norm in the registry (`RMSNorm`, LaPE's `PositionEmbeddingNorm`, ...);
+    AttributeError for any other name, as a module attribute lookup raises."""
     for spec in NORM_TYPES.values():
         if spec.layer_class == name:
             return spec.layer()
+        if spec.position_norm_class == name:
+            return spec.position_norm()
     raise AttributeError(f"module 'hf_norms' has no attribute {name!r}")

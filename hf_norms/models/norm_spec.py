@@ -2,7 +2,7 @@
 and the `CardText` a model card explains it with.
 
 Imports neither torch nor transformers (a norm's layer file is imported by name when its layer is first built).
-Copied next to a saved checkpoint for `trust_remote_code`.
+Part of a checkpoint's configuration file (`checkpoint_code`), less what is `@package_only`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .package_only import package_only
 
 # The largest finite value of each floating dtype a model's weights may have (torch's `finfo(dtype).max`)
 FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
@@ -64,18 +66,22 @@ class Paper:
     pages: str | None = None
 
     @property
+    @package_only
     def short_citation(self) -> str:
         """E.g. `Zhu et al., Transformers without Normalization, CVPR 2025 (arXiv 2503.10622)`."""
         return f"{self.authors[0].split()[-1]} et al., {self.title}, {self.venue} (arXiv {self.arxiv_id})"
 
     @property
+    @package_only
     def venue(self) -> str:
         return f"{self.booktitle.split('(')[-1].rstrip(')')} {self.year}" if "(" in self.booktitle else self.booktitle
 
     @property
+    @package_only
     def url(self) -> str:
         return f"https://arxiv.org/abs/{self.arxiv_id}"
 
+    @package_only
     def bibtex(self) -> str:
         """A BibTeX `@inproceedings` entry with the arXiv id as `eprint`."""
         authors = " and ".join(f"{name.split()[-1]}, {' '.join(name.split()[:-1])}" for name in self.authors)
@@ -102,8 +108,9 @@ class CardText:
 class NormSpec:
     """One `norm_type`: everything hf-norms knows about it.
 
-    - `layer_module`, `layer_class`: its layer file (`norm_dyt` for `norm_dyt.py`, beside this file) and class;
-      `layer()` imports that class, built from a config by `layer().from_config(config,
+    - `layer_module`, `layer_class`: its layer file (`norm_dyt` for `norm_dyt.py`, beside this file; in a checkpoint's
+      remote code its modeling file, which defines the layers) and class; `layer()` imports that class, built from a
+      config by `layer().from_config(config,
       hidden_size, num_prefix_tokens, one_dimensional)`; the layer takes `[batch, seq_len, hidden]` and an optional
       `TokenLayout` and returns the same shape; its affine parameters are `weight` and `bias`, as LayerNorm's.
     - `options`: the config fields it adds, with defaults and checks.
@@ -117,7 +124,8 @@ class NormSpec:
       checkpoint lacks).
     - `per_token`: each token's output depends only on that token (else it mixes tokens: not in a task head, not in a
       causal decoder). `whole_sequence`: it reads where each token sits (the prefix tokens, the grid), so it must see a
-      whole sequence at once, never a chunk of its tokens. `position_norms`: each layer gets a LaPE position norm. `folds`: its output is `weight * z +
+      whole sequence at once, never a chunk of its tokens. `position_norm_class`: each layer gets a position norm of
+      this class of `layer_module` (LaPE's), and then `position_norms` is true. `folds`: its output is `weight * z +
       bias`, so the affine folds into the next Linear layers. `statistics_free`: no statistics (the output follows the
       input's scale). `uses_batch_statistics(config)`, `keeps_input_position_embeddings(config)`: what a config of it
       does.
@@ -125,14 +133,14 @@ class NormSpec:
       LayerNorm source's (DyT, Derf: no dropout), which `convert` and `heal` write into the config they save and
       `hf-norms finetune` sets; `fine_tuning_reason` is the measurement that chose them, for the card and the log.
     - `paper`, `text`, `caveats(options, family, untrained)` (`family` a `FamilySpec`): what a model card cites and
-      says.
+      says (a checkpoint's remote code, which has no card, leaves them out).
     """
 
     name: str
     short_name: str
     layer_module: str
     layer_class: str
-    text: CardText
+    text: CardText | None = None
     paper: Paper | None = None
     options: tuple[Option, ...] = ()
     preserving_options: Mapping[str, Any] | None = field(default_factory=dict)
@@ -143,7 +151,7 @@ class NormSpec:
     added_parameters: tuple[str, ...] = ()
     per_token: bool = True
     whole_sequence: bool = False
-    position_norms: bool = False
+    position_norm_class: str | None = None
     folds: bool = True
     statistics_free: bool = False
     uses_batch_statistics: Callable[[Any], bool] = lambda config: False
@@ -152,25 +160,26 @@ class NormSpec:
     fine_tuning_config: Mapping[str, Any] = field(default_factory=dict)
     fine_tuning_reason: str = ""
 
+    @property
+    def position_norms(self) -> bool:
+        """Whether each encoder layer gets a position norm (`position_norm_class`, LaPE's)."""
+        return self.position_norm_class is not None
+
+    @package_only
     def centres(self, family: Any) -> bool:
         """Whether a conversion to it centres the residual stream of a `family` (a `FamilySpec`) model to be exact."""
         return self.exact_when_centred and family.residual is not None
 
     def layer(self) -> type:
-        """The layer class, imported from `layer_module` by name: no static import reaches every norm's file, so a
-        checkpoint's remote code carries only its own norms' files (`checkpoint_norms.py`). A file it does not carry
-        (another norm_type asked of a remote-code checkpoint) is one line that says what to do."""
-        try:
-            module = importlib.import_module(f".{self.layer_module}", __package__)
-        except ModuleNotFoundError as error:
-            if error.name != f"{__package__}.{self.layer_module}":
-                raise
-            raise ModuleNotFoundError(
-                f"norm_type={self.name!r} needs {self.layer_module}.py, which this checkpoint's remote code does not "
-                f"carry: load it with hf_norms installed (`import hf_norms`, without trust_remote_code)."
-            ) from None
-        return getattr(module, self.layer_class)
+        """The layer class, imported from `layer_module` by name: the registry imports no torch, and no static import
+        reaches every norm's file."""
+        return getattr(importlib.import_module(f".{self.layer_module}", __package__), self.layer_class)
 
+    def position_norm(self) -> type:
+        """The class of its per-layer position norms (`position_norm_class` of `layer_module`)."""
+        return getattr(importlib.import_module(f".{self.layer_module}", __package__), self.position_norm_class)
+
+    @package_only
     def converts_exactly(self, family: Any, options: Mapping[str, Any]) -> bool:
         """Whether a conversion of a `family` (a `FamilySpec`) LayerNorm checkpoint with these option values computes
         its function."""

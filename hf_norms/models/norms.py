@@ -5,7 +5,7 @@ tensor of the same shape. Per-channel affine parameters are called `weight` and 
 an `nn.LayerNorm` loads into every variant; only the parameters a variant adds are missing. Each method lives in its
 own file (`norm_dyt.py`, `norm_derf.py`, `norm_dtn.py`, `norm_sepnorm.py`, `norm_lape.py`, ...).
 
-Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+Part of the modeling file of a checkpoint's remote code (`checkpoint_code`), less what is `@package_only`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from typing import Any
 
 from torch import nn
 
-from .norm_lape import PositionEmbeddingNorm, lape_position_embeddings
-from .norm_layers import LAYER_MODULES  # noqa: F401  # a checkpoint's own norms' files, for remote code to fetch
 from .norm_registry import NORM_NAMES, NORM_TYPES, STOCK, layer_class_named, unknown_norm_type
 from .norm_spec import NormSpec
+from .package_only import package_only
 from .token_layout import TokenLayout
 
 __all__ = [
@@ -30,14 +29,12 @@ __all__ = [
     "NORM_TYPES",
     "STOCK",
     "NormSpec",
-    "PositionEmbeddingNorm",
     "TokenLayout",
     "build_norm",
     "build_position_norm",
     "fine_tuning_config",
     "function_preserving_options",
     "init_norm_parameters",
-    "lape_position_embeddings",
     "norm_spec",
     "norm_type_at",
     "preserves_layernorm_function",
@@ -50,6 +47,7 @@ FIRST_LAYER = 0
 LAST_LAYER = -1
 
 
+@package_only
 def __getattr__(name: str) -> type:
     """A registered norm's layer class by its name (`DynamicTanh`), imported from its file when first asked for."""
     return layer_class_named(name)
@@ -63,11 +61,13 @@ def norm_spec(norm_type: str) -> NormSpec:
     return spec
 
 
+@package_only
 def spec_of_module(module: nn.Module) -> NormSpec | None:
     """The registry entry whose layer class `module` is (the first, for a class several entries share), or None."""
     return next((spec for spec in NORM_TYPES.values() if type(module) is spec.layer()), None)
 
 
+@package_only
 def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) -> dict[str, Any] | None:
     """The options that make a LayerNorm checkpoint loaded into `norm_type` compute the same function, leaving out
     those the user set (`explicit`); None when `norm_type` cannot preserve it (DyT, Derf)."""
@@ -77,6 +77,7 @@ def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) ->
     return {name: value for name, value in preserving.items() if name not in set(explicit)}
 
 
+@package_only
 def preserves_layernorm_function(config) -> bool:
     """Whether a LayerNorm checkpoint loaded with `config` computes its function: `config.norm_type` has
     `preserving_options` and the config holds each of their values."""
@@ -84,6 +85,7 @@ def preserves_layernorm_function(config) -> bool:
     return preserving is not None and all(getattr(config, name) == value for name, value in preserving.items())
 
 
+@package_only
 def fine_tuning_config(config) -> tuple[dict[str, Any], list[NormSpec]]:
     """(the config values the norms of `config` fine-tune best with, `NormSpec.fine_tuning_config`, where `config` holds
     another value; the registry entries that chose them)."""
@@ -125,11 +127,12 @@ def build_norm(
     return spec.layer().from_config(config, config.hidden_size, num_prefix_tokens, one_dimensional)
 
 
-def build_position_norm(config) -> PositionEmbeddingNorm | None:
+def build_position_norm(config) -> nn.Module | None:
     """LaPE's `pe_norm` for one layer, or None when `config.norm_type` has no position norms."""
-    if not norm_spec(config.norm_type).position_norms:
+    spec = norm_spec(config.norm_type)
+    if not spec.position_norms:
         return None
-    return PositionEmbeddingNorm(config.hidden_size, eps=1e-6, zero_init=config.lape_keep_input_pe)
+    return spec.position_norm()(config.hidden_size, eps=1e-6, zero_init=config.lape_keep_input_pe)
 
 
 def adds_input_position_embeddings(config) -> bool:

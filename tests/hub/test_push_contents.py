@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import HfApi, snapshot_download
-from transformers.dynamic_module_utils import get_relative_import_files
 
 import hf_norms
 from hf_norms.hub.card_facts import head_of
@@ -36,8 +35,7 @@ from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
 from hf_norms.hub.server import HubServer
 from hf_norms.hub.upload_files import screen_files
-from hf_norms.models import configuration_vit_norm, modeling_vit_norm
-from hf_norms.models.checkpoint_norms import norm_code
+from hf_norms.models.checkpoint_code import code_file_names
 from hf_norms.models.family_registry import MODEL_CLASSES
 from hf_norms.redaction import text_token_forms, token_forms
 
@@ -45,13 +43,8 @@ TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the shape of a real Hub token
 ENDPOINT_TOKEN = "private-endpoint-token-0815-abcdef"  # a token of another Hub endpoint: no known credential format
 OTHER_HF_TOKEN = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa76543210"
 # what save_pretrained and the image processor write for the tiny ViT of `saved_checkpoint`, and the card: the
-# remote code is the modeling and configuration files, every file they reach by relative imports, and the files of
-# its own norm, the stock one (`norm_code`)
-REMOTE_CODE = {
-    Path(path).name
-    for module in (modeling_vit_norm, configuration_vit_norm)
-    for path in (module.__file__, *get_relative_import_files(module.__file__))
-} | norm_code({})
+# remote code is its two generated files
+REMOTE_CODE = set(code_file_names("vit_norm"))
 CHECKPOINT = sorted(["README.md", "config.json", "model.safetensors", "preprocessor_config.json", *REMOTE_CODE])
 
 pytestmark = pytest.mark.usefixtures("hub_online")

@@ -1,6 +1,6 @@
-"""The remote code a pushed checkpoint makes its users trust: its family's configuration and modeling code and the files
-of its own norm, never every norm's; it loads by repo id with `trust_remote_code=True` where hf_norms cannot be
-imported, and push refuses a `norm_layers.py` that is not the one hf-norms writes for the checkpoint's config."""
+"""The remote code a pushed checkpoint makes its users trust: its two generated files, with its own norm only; it loads by
+repo id with `trust_remote_code=True` where hf_norms cannot be imported, and push refuses any `.py` file that is not
+what hf-norms writes for the checkpoint's config, byte for byte."""
 
 from __future__ import annotations
 
@@ -25,18 +25,13 @@ from hf_norms import cli
 from hf_norms.demo import BLOCK_HF_NORMS
 from hf_norms.hub.publish import push_to_hub
 from hf_norms.hub.server import HubServer
-from hf_norms.models.checkpoint_norms import norm_layers_source
+from hf_norms.models.checkpoint_code import checkpoint_code
 
 TOKEN = "hf_norm-code-test-secret-4711"
 MODELS = Path(hf_norms.__file__).parent / "models"
-# A ViT checkpoint's remote code: its family's configuration and modeling code (with what they import), the registry,
-# `norm_layers.py` (written for its norms) and DyT's own files; before, every norm's files too (24 files in all)
-VIT_DYT_FILES = {
-    "configuration_vit_norm.py", "modeling_vit_norm.py", "modeling_norm_utils.py", "norm_placement.py",
-    "transformers_internals.py", "norm_options.py", "version_guard.py", "norms.py", "token_layout.py", "norm_lape.py",
-    "layernorm_loading.py", "held_notices.py", "norm_registry.py", "norm_spec.py", "checkpoint_norms.py",
-    "norm_layers.py", "norm_dyt.py", "runtime.py",
-}  # fmt: skip
+# A ViT checkpoint's remote code: its configuration and modeling files, generated for its norm (before: 18 files, the
+# family's code, the registry and DyT's files; 24 before that)
+VIT_DYT_FILES = {"configuration_vit_norm.py", "modeling_vit_norm.py"}
 
 pytestmark = pytest.mark.usefixtures("hub_online")
 
@@ -67,10 +62,10 @@ print(json.dumps({"class": type(model).__name__, "module": type(model).__module_
 def test_a_dyt_checkpoint_publishes_no_other_norms_file_and_loads_by_id_without_hf_norms(
     dyt_checkpoint: Path, hub: HubServer, api: HfApi, tmp_path: Path
 ) -> None:
-    """Other norms' files in the folder (as a save before this change left them) stay local; the download fetches
-    the published files only, each once, and computes the local model's logits exactly."""
+    """Flat files of an older save in the folder stay local; the download fetches the two published files, each
+    once, and computes the local model's logits exactly."""
     folder = copy_of(dyt_checkpoint, tmp_path)
-    for stray in ("norm_dtn.py", "norm_dtn_export.py", "norm_derf.py"):
+    for stray in ("norm_dtn.py", "norm_dyt.py", "norms.py"):
         shutil.copyfile(MODELS / stray, folder / stray)
     push_to_hub(folder, "org/vit-dyt", endpoint=hub.url, token=TOKEN)
     assert {name for name in api.list_repo_files("org/vit-dyt") if name.endswith(".py")} == VIT_DYT_FILES
@@ -88,11 +83,11 @@ def test_a_dyt_checkpoint_publishes_no_other_norms_file_and_loads_by_id_without_
     assert result["class"] == "ViTNormForImageClassification" and "hf_norms" not in result["module"]
     assert result["diff"] == 0
     downloaded = re.findall(r"A new version of the following files was downloaded from \S+:\n- (\S+)", done.stderr)
-    assert sorted(downloaded) == sorted(VIT_DYT_FILES)  # one warning per file: 18 (24 before)
+    assert sorted(downloaded) == sorted(VIT_DYT_FILES)  # one warning per file: 2 (18 before)
 
 
 @pytest.mark.parametrize("edit", ["a line appended", "the file of a DTN checkpoint"])
-def test_an_edited_norm_layers_file_is_refused(
+def test_code_hf_norms_does_not_write_for_the_config_is_refused(
     edit: str,
     dyt_checkpoint: Path,
     api: HfApi,
@@ -100,20 +95,20 @@ def test_an_edited_norm_layers_file_is_refused(
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`hf-norms push`: exit 2, one line naming norm_layers.py, no repo created, every file of the folder unchanged."""
+    """`hf-norms push`: exit 2, one line naming the file, no repo created, every file of the folder unchanged."""
     folder = copy_of(dyt_checkpoint, tmp_path)
-    written = folder / "norm_layers.py"
+    written = folder / "modeling_vit_norm.py"
     if edit == "a line appended":
         written.write_text(written.read_text() + "import os; os.system('id')\n")
     else:
-        written.write_text(norm_layers_source({"norm_type": "dtn"}))
+        written.write_text(checkpoint_code({"model_type": "vit_norm", "norm_type": "dtn"})[written.name])
     before = snapshot(folder)
     monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     assert cli.main(["push", "org/edited-norm-code", str(folder)]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert line.startswith("hf-norms push: error: ")
-    assert "norm_layers.py differs from norm_layers.py of the installed hf-norms" in line, line
+    assert "modeling_vit_norm.py differs from the modeling_vit_norm.py the installed hf-norms" in line, line
     assert not api.repo_exists("org/edited-norm-code") and snapshot(folder) == before
 
 

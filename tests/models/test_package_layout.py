@@ -1,4 +1,4 @@
-"""The package layout: the remote-code set stands alone, no module imports in a cycle, checkpoints saved before the move
+"""The package layout: the model set stands alone (a checkpoint's remote code is generated from it), no module imports in a cycle, checkpoints saved before the move
 load and compute what they computed, and the old module paths still import.
 
 `fixtures/checkpoints_before_the_package_layout.json` was recorded with the flat layout (hf-norms before the
@@ -82,15 +82,11 @@ def test_the_model_set_imports_nothing_outside_it():
     loaded = json.loads(result.stdout.strip().replace("'", '"'))
     assert not [m for m in loaded if m.startswith(("hf_norms.conversion", "hf_norms.training", "hf_norms.hub"))]
     for path in (PACKAGE / "models").glob("*.py"):
-        if path.name in (
-            "__init__.py",
-            "auto_registration.py",
-            "family_registry.py",
-        ):  # none is copied next to checkpoints
+        if path.name in ("__init__.py", "auto_registration.py", "family_registry.py"):  # none is in remote code
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
-                assert node.level == 1 and node.module, f"{path.name}: only `from .sibling import x` is copied"
+                assert node.level == 1 and node.module, f"{path.name}: remote code is made of `from .sibling import x`"
             if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and not node.level):
                 names = [node.module] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
                 assert not any(name.split(".")[0] == "hf_norms" for name in names), path.name
