@@ -208,7 +208,7 @@ def import_header(nodes: list[ast.Import | ast.ImportFrom], needed: set[str]) ->
             elif ast.dump(alias) not in map(ast.dump, named.setdefault(node.module, [])):
                 named[node.module].append(alias)
     froms = [ast.unparse(ast.ImportFrom(module=module, names=aliases, level=0)) for module, aliases in named.items()]
-    return sorted(plain | set(froms), key=lambda line: line.split()[1])
+    return sorted(plain | set(froms), key=lambda line: (line.split()[1], line))  # the whole line: a set has no order
 
 
 def render(statements: list[Statement], needed: set[str]) -> str:

@@ -186,6 +186,29 @@ def test_a_remote_code_model_saved_again_writes_the_same_two_files(saved_checkpo
         assert (tmp_path / "again" / name).read_bytes() == open(f"{folder}/{name}", "rb").read()
 
 
+def test_the_generated_files_are_the_same_bytes_in_every_process():
+    """Push compares a folder's code with what its own process generates: the bytes must not depend on the string
+    hashing of the process (`PYTHONHASHSEED`), which orders sets (the import header once differed between processes)."""
+    code = (
+        "import hashlib, hf_norms; from conftest import tiny_config; "
+        "from hf_norms.models.checkpoint_code import checkpoint_code; "
+        f"configs = [tiny_config(f, n).to_dict() for f in {sorted(FAMILIES)!r} for n in {NORM_TYPES!r}]; "
+        "print(hashlib.sha256(repr([sorted(checkpoint_code(c).items()) for c in configs]).encode()).hexdigest())"
+    )
+    tests_folder = os.path.dirname(os.path.abspath(__file__ + "/.."))
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": tests_folder},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3)
+    }
+    assert len(digests) == 1, digests
+
+
 def test_a_checkpoint_mixing_norms_carries_each_of_them(tmp_path):
     """`layer_norm_types` mixing DyT and LayerNorm layers: both layers, and the model loads from its folder with
     `trust_remote_code=True` where hf_norms cannot be imported."""
