@@ -4,8 +4,9 @@
 every Auto model class where transformers maps the family's stock model type, the family's hf-norms classes of the
 same names (`BertForMaskedLM` -> `BertNormForMaskedLM`). Those entries are imported when an Auto class first looks them
 up (`OnLookup` in an `ImportedOnLookup` mapping, as transformers' own `_LazyAutoMapping` imports its classes by
-name), so `import hf_norms` imports no modeling code; the first lookup of a vision family also registers the image
-processor of one-channel models with `AutoImageProcessor` (whose module imports transformers' modeling code).
+name), so `import hf_norms` imports no modeling code. `AutoImageProcessor` maps each vision family's config to the
+image processor of one-channel models, registered once transformers' `image_processing_auto` is imported
+(`after_import`: that module imports transformers' modeling code, 2.5 s of CPU).
 
 Besides each hf-norms config and its heads, every Auto class that has an hf-norms head takes norm options for the
 family's stock checkpoints: `AutoModel.from_pretrained("path/to/bert", norm_type="dtn")` gives the `BertNormModel` that
@@ -24,6 +25,8 @@ Not part of the remote-code set (no model file imports it).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,9 +79,9 @@ def auto_model_classes() -> dict[str, type]:
     return classes
 
 
-def lazy_entries(auto_class: type) -> ImportedOnLookup:
-    """The registered entries of `auto_class`'s mapping, made to import `OnLookup` entries when first read."""
-    mapping = auto_class._model_mapping
+def lazy_entries(mapping: Any) -> ImportedOnLookup:
+    """The registered entries of an Auto `mapping` (a `_LazyAutoMapping`), made to import `OnLookup` entries when first
+    read."""
     if not isinstance(mapping._extra_content, ImportedOnLookup):
         mapping._extra_content = ImportedOnLookup(mapping._extra_content)
     return mapping._extra_content
@@ -92,22 +95,56 @@ def stock_names(auto_class: type, model_type: str) -> tuple[str, ...]:
 
 def norm_classes(family: FamilySpec, names: tuple[str, ...], on_import: Callable[[], None]) -> tuple[type, ...]:
     """The family's hf-norms classes of the stock class `names` (`BertModel` -> `BertNormModel`), imported, after
-    `on_import()` and `register_image_processor`."""
+    `on_import()`."""
     on_import()
-    register_image_processor(family)
     prefix = family.class_prefix
     return tuple(getattr(family.modeling_module, name.replace(prefix, f"{prefix}Norm", 1)) for name in names)
 
 
-def register_image_processor(family: FamilySpec) -> None:
-    """`GrayscaleImageProcessor` under `AutoImageProcessor` for a vision family's config."""
-    if family.modality != "image":
-        return
+def grayscale_processors() -> dict[str, type]:
+    """What `AutoImageProcessor` maps a vision family's config to, by backend: `GrayscaleImageProcessor`."""
     from .image_processing_norm import GrayscaleImageProcessor
 
-    transformers.AutoImageProcessor.register(
-        family.config_class, image_processor_classes={"pil": GrayscaleImageProcessor}, exist_ok=True
-    )
+    return {"pil": GrayscaleImageProcessor}
+
+
+def register_image_processors(image_processing_auto: Any) -> None:
+    """`GrayscaleImageProcessor` under `AutoImageProcessor` for each vision family's config, imported when first looked
+    up (as `AutoImageProcessor.register(config, image_processor_classes=...)` maps it)."""
+    mapping = image_processing_auto.IMAGE_PROCESSOR_MAPPING
+    lazy_entries(mapping)
+    for family in FAMILIES.values():
+        if family.modality == "image":
+            mapping.register(family.config_class, OnLookup(grayscale_processors), exist_ok=True)
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    """An import hook: `then(module)` runs once the module `name` is imported, right after its own code."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # the other finders find the module itself
+        spec = importlib.util.find_spec(fullname)
+        run_module = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run_module(module)
+            self.then(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def after_import(name: str, then: Callable[[Any], None]) -> None:
+    """`then(module)` on the module `name`: at once if it is imported, else when it is (`AfterImport`)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, AfterImport(name, then))
 
 
 def stock_head(norm_class: type) -> type:
@@ -219,7 +256,7 @@ def composite_router(stock_class: type, part: str, family: FamilySpec, norm_clas
 def register_composite_routers(family: FamilySpec, on_import: Callable[[], None]) -> None:
     """A `composite_router` in `AutoModel` for each config that holds the family's stock config as a part, made when
     `AutoModel` first looks it up."""
-    lazy_entries(transformers.AutoModel)
+    lazy_entries(transformers.AutoModel._model_mapping)
     for composite in composite_configs(family):
         names = stock_names(transformers.AutoModel, composite.model_type)
         if names:
@@ -250,7 +287,7 @@ def register_auto_classes(on_import: Callable[[], None] = lambda: None) -> None:
             names = stock_names(auto_class, family.stock_model_type)
             if not names:
                 continue
-            lazy_entries(auto_class)
+            lazy_entries(auto_class._model_mapping)
             heads = OnLookup(lambda family=family, names=names: one_or_several(norm_classes(family, names, on_import)))
             routers = OnLookup(
                 lambda family=family, names=names: one_or_several(
@@ -260,3 +297,4 @@ def register_auto_classes(on_import: Callable[[], None] = lambda: None) -> None:
             auto_class.register(config_class, heads, exist_ok=True)
             auto_class.register(family.stock_config_class, routers, exist_ok=True)
         register_composite_routers(family, on_import)
+    after_import("transformers.models.auto.image_processing_auto", register_image_processors)

@@ -9,15 +9,11 @@ three it is ViT's processor unchanged. A grayscale image passes unchanged, so th
 the model was trained on (`finetune` converts with `Image.convert("L")` too).
 
 Copied next to saved checkpoints for `trust_remote_code` (`preprocessor_config.json`'s `auto_map`), so it imports
-nothing from `hf_norms` except by single-dot relative imports of flat files; `import hf_norms` registers it with
-`AutoImageProcessor` so that no remote code runs.
+nothing from `hf_norms` (the transformers release is checked by the checkpoint's configuration file, which a pipeline
+loads first); `import hf_norms` registers it with `AutoImageProcessor` so that no remote code runs.
 """
 
 from __future__ import annotations
-
-from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
-
-# isort: split
 
 from typing import Any
 
