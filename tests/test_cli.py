@@ -59,7 +59,8 @@ def test_env_prints_what_a_bug_report_needs_and_no_credentials(capsys, monkeypat
     for package in ("torch", "transformers", "huggingface_hub", "safetensors", "accelerate", "datasets", "peft"):
         assert lines[package] == metadata.version(package), package
     assert lines["tested transformers"].startswith("5.20.0 to 5.25.0")
-    assert lines["HF_ENDPOINT"] == "http://127.0.0.1:9/" and lines["accelerator"].startswith(("none", "cuda", "mps"))
+    assert lines["HF_ENDPOINT"] == "http://***@127.0.0.1:9/"  # the user and password masked
+    assert lines["accelerator"].startswith(("none", "cuda", "mps"))
 
 
 def test_every_multi_word_option_has_both_spellings():

@@ -35,11 +35,13 @@ def test_the_automatic_device_is_the_gpu_where_there_is_one_else_the_cpu():
 def test_cuda_is_refused_without_a_gpu(tmp_path, capsys):
     with pytest.raises(ConversionError, match=r"torch sees no CUDA GPU here.*use device 'cpu' or 'auto'"):
         devices.resolve_device("cuda")
-    # refused before anything is read: the heal folder does not exist, the convert source is an empty folder (a
-    # missing one is refused even earlier, before torch is imported)
-    assert cli.main(["heal", str(tmp_path / "missing"), "--data", "x.txt", "--device", "cuda"]) == 2
-    assert "torch sees no CUDA GPU" in capsys.readouterr().err
+    # refused before anything is read: the heal folder and the convert source are empty folders (a missing one is
+    # refused even earlier, before torch is imported)
     (tmp_path / "empty").mkdir()
+    assert cli.main(["heal", str(tmp_path / "empty"), "--data", "x.txt", "--device", "cuda"]) == 2
+    assert "torch sees no CUDA GPU" in capsys.readouterr().err
+    assert cli.main(["heal", str(tmp_path / "missing"), "--data", "x.txt", "--device", "cuda"]) == 2
+    assert "There is no folder" in capsys.readouterr().err
     command = ["convert", str(tmp_path / "empty"), "--norm-type", "dtn", "--output", str(tmp_path / "out")]
     assert cli.main([*command, "--device", "cuda"]) == 2
     assert "torch sees no CUDA GPU" in capsys.readouterr().err and not (tmp_path / "out").exists()

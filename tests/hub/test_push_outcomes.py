@@ -99,7 +99,7 @@ def test_a_folder_that_does_not_load_is_refused_before_upload(damage, checkpoint
     elif damage == "no_weights":
         (folder / "model.safetensors").unlink()
     elif damage == "no_remote_code":
-        (folder / "norms.py").unlink()
+        (folder / "configuration_vit_norm.py").unlink()
     elif damage == "no_auto_map":
         (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "auto_map"}))
     elif damage == "wrong_weights":

