@@ -88,7 +88,9 @@ def test_sharded_exact_conversion_writes_what_the_unsharded_path_writes(
     assert max((tensors[key] - expected[key]).abs().max().item() for key in expected) == 0
     assert all(tensors[key].dtype == expected[key].dtype == torch.float32 for key in expected)
     assert len(ours) == len(source_files) >= (3 if max_shard_size else 1)
-    for name in ("config.json", "modeling_norm_utils.py"):
+    code = sorted(path.name for path in (tmp_path / "reference").glob("*.py"))
+    assert len(code) == 2 and code == sorted(path.name for path in (tmp_path / "sharded").glob("*.py"))
+    for name in ("config.json", *code):
         assert (tmp_path / "sharded" / name).read_text() == (tmp_path / "reference" / name).read_text()
     assert report["stages"].keys() == reference_report["stages"].keys() == {"exact"}
     figures, reference_figures = report["stages"]["exact"], reference_report["stages"]["exact"]
