@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import html
 import io
 import json
 import os
 import pickletools
 import re
+import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from ..readers import JSON_LIMIT
 from .file_formats import (
@@ -96,10 +99,78 @@ LONG_VALUE_RUN = re.compile(
     rb"(?<!%s)%s{%d,}+" % (VALUE_CHARACTERS, VALUE_CHARACTERS, LONG_RUN + 1)
 )  # from a run's start
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first member, or the end record of an empty one
-BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{40,}+={0,2}")
+BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{24,}+={0,2}")  # an AWS key id (20 characters) is 28 in base64
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")  # characters no text file holds
 BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\0\0", "utf-32"), (b"\0\0\xfe\xff", "utf-32"),
         (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))  # fmt: skip
+
+
+TOKEN_REASON = "holds the Hub token (or an encoding of it: base64, hex, UTF-16, ...)"
+# what a reader of a text decodes: JSON and YAML backslash escapes, a double-quoted YAML line continuation
+ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x[0-9a-fA-F]{2}|[ \t]*\r?\n[ \t]*)")
+FOLD = re.compile(r"\r?\n[ \t]++")  # a line break before an indented continuation line
+
+
+def secret_patterns(token_needles: tuple[bytes, ...]) -> tuple[tuple[str, tuple[re.Pattern, ...]], ...]:
+    """The one list of what push never publishes, as patterns of lower-cased bytes: the formats of `CREDENTIALS`, then
+    the forms of the user's own token (`hf_norms.redaction.token_forms`)."""
+    return (*CREDENTIALS, (TOKEN_REASON, (Literals(token_needles),))) if token_needles else CREDENTIALS
+
+
+class Literals:
+    """Byte strings, searched as a compiled pattern is (`search(text).start()`), lower-cased, with `bytes.find`: a
+    regular expression of alternatives tries each at every position."""
+
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        self.needles = tuple(dict.fromkeys(needle.lower() for needle in needles))
+
+    def search(self, text: bytes) -> LiteralMatch | None:
+        found = [at for needle in self.needles if (at := text.find(needle)) >= 0]
+        return LiteralMatch(min(found)) if found else None
+
+
+class LiteralMatch:
+    """Where `Literals.search` found the first of its byte strings."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def start(self) -> int:
+        return self.at
+
+
+def text_views(text: str, folded: bool = True) -> list[str]:
+    """`text` and what readers of it decode it to, where that differs: with its backslash escapes resolved (JSON's and
+    YAML's `\\uXXXX`, YAML's `\\xXX`, `\\UXXXXXXXX` and line continuations), percent-decoded (twice, for a double
+    encoding), HTML entities resolved; each also with its indented continuation lines joined to the line before
+    (`folded`: a YAML plain or folded scalar split across lines, a Markdown list item)."""
+    views = [text, FOLD.sub("", text)] if folded and ("\n " in text or "\n\t" in text) else [text]
+    for view in list(views):
+        unescaped = ESCAPE.sub(unescape, view) if "\\" in view else view
+        views += [unescaped, unquote(unquote(view)), html.unescape(view), html.unescape(unquote(unquote(unescaped)))]
+    return list(dict.fromkeys(views))
+
+
+def unescape(match: re.Match) -> str:
+    """The character a backslash escape stands for ("" for a line continuation)."""
+    escape = match[0]
+    code = int(escape[2:], 16) if escape[1] in "uUx" else None
+    return "" if code is None or code > sys.maxunicode else chr(code)
+
+
+def text_secret(text: str, patterns: tuple = CREDENTIALS) -> str | None:
+    """The reason of the first of `patterns` (`secret_patterns`) found in the text `text` (a name, a commit message)
+    or in what it decodes to (`text_views`), the token's (`TOKEN_REASON`) before any other; None when there is none."""
+    views = [lower_bytes(view) for view in text_views(text)]
+    found = [
+        reason for reason, formats in patterns if any(found_at(reason, formats, view) is not None for view in views)
+    ]
+    return TOKEN_REASON if TOKEN_REASON in found else next(iter(found), None)
+
+
+def lower_bytes(text: str) -> bytes:
+    """`text` lower-cased, as UTF-8 (a lone surrogate, from an escape or an undecodable name, kept as its code)."""
+    return text.lower().encode("utf-8", "surrogatepass")
 
 
 class Found(Exception):
@@ -112,6 +183,7 @@ class Findings:
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
         self.needles, self.holds_token, self.budget = needles, False, UNPACK_LIMIT
+        self.patterns = secret_patterns(needles)
         self.secret: str | None = None
         self.unread: str | None = None
 
@@ -212,9 +284,10 @@ class Findings:
                     raise Unreadable(f"{where or 'a .json file'} that is not valid JSON") from None
         encoded = text.encode("utf-8", "surrogateescape")  # UTF-8 whatever the file's encoding
         strings = "\n".join(snippet for _, snippet in json_strings(value, "")) if value is not None else ""
-        reason = credential_in(encoded.lower()) or credential_in(strings.lower().encode("utf-8", "surrogateescape"))
+        views = text_views(text) if value is None else [text, *text_views(strings, folded=False)]
+        reason = next((reason for view in views if (reason := credential_in(lower_bytes(view), self.patterns))), None)
         if reason is not None:
-            raise Found(f"{reason} ({', '.join(filter(None, (where, located(text, value, reason))))})")
+            raise Found(f"{reason} ({', '.join(filter(None, (where, located(text, value, reason, self.patterns))))})")
         runs = dict.fromkeys(BASE64_RUN.findall(encoded))
         self.read_base64([base64.b64decode(run[: len(run) // 4 * 4], b"-_") for run in runs])
 
@@ -233,13 +306,13 @@ class Findings:
                 self.read_member(name or "a base64 text", data, MAX_DEPTH - 2)
             if members is None:
                 texts.append(blob.lower())
-        reason = credential_in(b"\n".join(texts)) if texts else None
+        reason = credential_in(b"\n".join(texts), self.patterns) if texts else None
         if reason is not None:
             raise Found(f"{reason} (in a base64 text)")
 
     def search_secrets(self, data: bytes, where: str) -> None:
         """Search bytes that are not text of a known encoding (an image chunk, a header, a member's name)."""
-        reason = credential_in(data.lower())
+        reason = credential_in(data.lower(), self.patterns)
         if reason is not None:
             raise Found(f"{reason} ({where})")
 
@@ -259,7 +332,8 @@ def scan_file(path: Path, token_needles: tuple[bytes, ...]) -> Findings:
         try:
             findings.read_file(stream, size, path.name)
         except Found as error:
-            findings.secret = str(error)
+            token = str(error).startswith(TOKEN_REASON)  # the token found decoded: as if found in its bytes
+            findings.secret, findings.holds_token = None if token else str(error), findings.holds_token or token
         except Unreadable as error:
             findings.unread = str(error)
     return findings
@@ -271,11 +345,6 @@ def holds_token(path: Path, token_needles: tuple[bytes, ...]) -> bool:
     with open(path, "rb") as stream:
         findings.search_token(stream)
     return findings.holds_token
-
-
-def name_secret(name: str) -> str | None:
-    """The reason a file or folder name holds a secret (`CREDENTIALS`), or None."""
-    return credential_in(name.lower().encode("utf-8", "surrogateescape"))
 
 
 def is_safetensors(header: bytes, size: int) -> bool:
@@ -295,9 +364,10 @@ def text_of(data: bytes) -> str | None:
     return None if CONTROL.search(text) else text
 
 
-def credential_in(text: bytes) -> str | None:
-    """The reason of the first format of `CREDENTIALS` found in the lower-cased `text`; None when there is none."""
-    return next((reason for reason, patterns in CREDENTIALS if found_at(reason, patterns, text) is not None), None)
+def credential_in(text: bytes, patterns: tuple = CREDENTIALS) -> str | None:
+    """The reason of the first of `patterns` (`secret_patterns`) found in the lower-cased `text`; None when there is
+    none."""
+    return next((reason for reason, formats in patterns if found_at(reason, formats, text) is not None), None)
 
 
 def found_at(reason: str, patterns: tuple[re.Pattern, ...], text: bytes) -> int | None:
@@ -309,10 +379,10 @@ def found_at(reason: str, patterns: tuple[re.Pattern, ...], text: bytes) -> int 
     return min((match.start() for pattern in patterns if (match := pattern.search(text))), default=None)
 
 
-def located(text: str, value: Any, reason: str) -> str:
-    """Where in `text` (whose JSON value is `value`, or None) the first secret of `reason` is: the JSON key that holds
-    it, else its line."""
-    patterns = next(patterns for name, patterns in CREDENTIALS if name == reason)
+def located(text: str, value: Any, reason: str, patterns: tuple = CREDENTIALS) -> str:
+    """Where in `text` (whose JSON value is `value`, or None) the first secret of `reason` (one of `patterns`) is: the
+    JSON key that holds it, else its line (where it is found only decoded: the first line)."""
+    patterns = next(formats for name, formats in patterns if name == reason)
     for path, snippet in json_strings(value, ""):
         if found_at(reason, patterns, snippet.lower().encode("utf-8", "surrogateescape")) is not None:
             return path if path.startswith("a key of") else f"at {path or 'the top'}"

@@ -14,20 +14,22 @@
    `include` adds, less what `exclude` removes; everything else is listed as not uploaded. The folder's own
    README.md is replaced by the card; a symbolic link is uploaded only if it leads to a file inside the folder, and
    refuses the push otherwise;
-3. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
+3. copies those files, and those the card is made of, into a private snapshot (`upload_files.Snapshot`: regular
+   files only, opened without following links, each read once); everything after reads the snapshot, never the
+   folder. `conversion_report.json` and `trainer_state.json`, which record local absolute paths (the source, the
+   data, the best checkpoint), are published as copies with each such path cut to its last component;
+4. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
    an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
    `allow_custom_code`, which the card then states;
-4. renders the card (`hf_norms.hub.model_card`) and refuses it if the Hub would (`check_card`: the rules of the Hub's
-   `/api/validate-yaml`, `hf_norms.hub.server.card_rules`, on what the options and the folder made of it), reads
-   every file to upload once (`content_checks`), leaving out those whose content it never publishes (pickles, keys
-   and credentials, archives it cannot check, also once unpacked), and refuses if the token, or an encoding of it,
-   occurs in the card, the commit message, the repo id, the branch name, the path of a file to upload or any byte of
-   one (or of what it unpacks to);
-5. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of those files from a staging folder of
-   symlinks to the checked files, so the local folder is never written. `conversion_report.json` and
-   `trainer_state.json`, which record local absolute paths (the source, the data, the best checkpoint), are uploaded
-   as copies with each such path cut to its last component, as the card names them. Nothing on the Hub is deleted
-   unless `delete_patterns` asks.
+5. renders the card (`hf_norms.hub.model_card`) into the snapshot and refuses it if the Hub would (`check_card`: the
+   rules of the Hub's `/api/validate-yaml`, `hf_norms.hub.server.card_rules`), then runs the one check over the
+   snapshot (`upload_files.screen_files`): every file, the card included, every name, the commit message, the repo
+   id and the branch name, with one list of patterns (every credential format and the token's forms, as they are
+   and decoded); what hf-norms never publishes (pickles, keys and credentials, archives it cannot check) is left out
+   of a file that is not needed, and refuses the push in the card or a file the checkpoint needs;
+6. `HfApi.create_repo(exist_ok=True)` and one `upload_folder` commit of the snapshot's published files: the bytes
+   checked are the bytes sent, and the local folder is never written. The snapshot is removed afterwards,
+   after a failure too. Nothing on the Hub is deleted unless `delete_patterns` asks.
 
 The endpoint is `endpoint`, else `HF_ENDPOINT`, else huggingface.co; the token is `token`, else `HF_TOKEN` or the
 stored login (`hf auth login`). While the push runs, no log record of any logger (hf-norms, huggingface_hub, httpx),
@@ -37,10 +39,8 @@ server raises `PushError`; the local folder is untouched and running the same pu
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,7 @@ from typing import Any
 import httpx2
 from huggingface_hub import CommitInfo, HfApi, get_token
 from huggingface_hub import constants as hub_constants
-from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
-from huggingface_hub.utils import validate_repo_id
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
@@ -59,16 +58,13 @@ from ..models.norm_registry import STOCK
 from ..output_folders import MARKER_NAME
 from ..redaction import tokens_redacted
 from ..version import VERSION
-from .arguments import PushArguments, hub_takes, push_arguments
+from .arguments import PushArguments, check_folder, push_arguments
 from .card_facts import (
     NORM_MODEL_TYPES,
-    REPORT_NAME,
-    TRAINER_STATE_NAME,
     gather_card_facts,
     read_json,
     saved_without_pooler,
     sentence_transformers_model,
-    without_local_paths,
 )
 from .model_card import render_model_card
 from .remote_code import custom_code, family_code, processor_code
@@ -77,6 +73,7 @@ from .upload_files import (
     CARD_NAME,
     PROCESSOR_FILES,
     TOKENIZER_FILES,
+    Snapshot,
     check_processor_sizes,
     check_token_length,
     excluded,
@@ -86,10 +83,6 @@ from .upload_files import (
 )
 
 logger = logging.getLogger(__name__)
-
-# JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
-# uploaded with each such path cut to its last component
-PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -101,10 +94,7 @@ def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, An
     """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads, with a tokenizer or image processor
     unless `processor` is false (a model pushed from Python, as transformers pushes it, without one); returns its
     config.json and its remote-code files."""
-    if not folder.exists():
-        raise CheckpointRefused(f"{folder} does not exist; give the folder a model was saved to.")
-    if not folder.is_dir():
-        raise CheckpointRefused(f"{folder} is not a folder; give the folder a model was saved to.")
+    check_folder(folder)
     if not (folder / "config.json").is_file():
         raise CheckpointRefused(
             f"{folder} has no config.json, so it is not a checkpoint; save one with `model.save_pretrained(folder)`."
@@ -230,22 +220,6 @@ def check_preprocessor(folder: Path, required: bool = True) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_repo_id(repo_id: str) -> None:
-    """Refuse, in one line, a repo id that huggingface_hub refuses (`validate_repo_id`), e.g. `../evil`, or the Hub
-    does (`hub_takes`: ASCII, each part starting with a letter or digit), before the repo is created."""
-    try:
-        validate_repo_id(repo_id)
-        taken = all(map(hub_takes, repo_id.split("/")))
-    except HFValidationError:
-        taken = False
-    if not taken:
-        raise CheckpointRefused(
-            f"{repo_id!r:.120} is not a Hub repo id: give `name` or `namespace/name` (ASCII letters, digits, '-', '_', "
-            "'.', each part starting with a letter or digit; at most 96 characters; no '--' or '..'; not ending in "
-            "'.git'), e.g. my-org/vit-dyt."
-        )
-
-
 def check_card(card_text: str) -> None:
     """Refuse, in one line, a rendered card whose metadata the Hub refuses (`card_rules.card_problems`, what its
     `/api/validate-yaml` checks before an upload), before the repo is created: a value the folder's own README.md or
@@ -337,24 +311,24 @@ def push_to_hub(folder: str | os.PathLike[str], repo_id: str, **options: Any) ->
 
 
 def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | list[str]:
-    """`hf-norms push`. `revision` is a branch, created from main when missing. The files uploaded are what a
-    checkpoint is made of (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside the folder, as
-    `hf upload --include` applies them) add files, `exclude` patterns remove files (README.md standing for the card).
-    Every file uploaded is read for the token and for content hf-norms never publishes. `allow_custom_code` publishes
-    `.py` files, and configs naming code, that are not hf-norms' own, and the card says so. `delete_patterns` (e.g.
-    `["*.onnx"]`) deletes matching remote files in the same commit; nothing is deleted otherwise. `dry_run` checks
-    and renders everything and returns the file list (README.md included) without contacting the endpoint.
+    """`hf-norms push`, and every other route that publishes (`push_to_hub`, `model.push_to_hub`, the Trainer's and
+    `finetune --push_to_hub`'s push). `revision` is a branch, created from main when missing. The files uploaded are
+    what a checkpoint is made of (`hf_norms.hub.upload_files`); `include` glob patterns (on the paths inside the
+    folder, as `hf upload --include` applies them) add files, `exclude` patterns remove files (README.md standing for
+    the card). What is published is copied into a private snapshot, with the card, checked there as a whole and
+    uploaded from there (see the module docstring). `allow_custom_code` publishes `.py` files, and configs naming
+    code, that are not hf-norms' own, and the card says so. `delete_patterns` (e.g. `["*.onnx"]`) deletes matching
+    remote files in the same commit; nothing is deleted otherwise. `dry_run` checks and renders everything and
+    returns the file list (README.md included) without contacting the endpoint.
 
     `processor=False` lets a folder without a tokenizer or image processor through (`model_push`: a model pushed from
     Python as transformers pushes it). Returns the commit's `CommitInfo` (`.oid`, `.commit_url`). Raises
-    `CheckpointRefused` before anything is created
-    or uploaded, or `PushError` when the endpoint fails. No log record, warning or error raised while it runs holds
-    the token (`hf_norms.redaction`).
+    `CheckpointRefused` before anything is created or uploaded, or `PushError` when the endpoint fails. No log
+    record, warning or error raised while it runs holds the token (`hf_norms.redaction`).
     """
     a = arguments
     token = a.token or get_token()
     with tokens_redacted(token, get_token()):
-        check_repo_id(a.repo_id)
         check_endpoint(resolve_endpoint(a.endpoint))
         check_token_length(token)
         if not a.dry_run:
@@ -365,76 +339,80 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
         head = None if sentence_transformers_model(folder, architecture) else architecture
         files, left_out = select_upload_files(folder, code_files, [*(a.include or []), *(a.include_skipped or [])],
                                               a.exclude, with_head=head)  # fmt: skip
-        custom = custom_code(folder, files)
-        if custom and not a.allow_custom_code:
-            raise CheckpointRefused(
-                f"{'; '.join(f'{name} {why}' for name, why in custom.items())}: `trust_remote_code=True` would run it. "
-                "Save the model again with hf_norms (which copies its own code), leave the file out (--exclude), or "
-                "publish it with --allow-custom-code (the card then says so). Nothing was uploaded."
+        with_card = not excluded(CARD_NAME, a.exclude)
+        with Snapshot(folder, files, card=with_card) as snapshot:
+            if with_card:
+                snapshot.write(CARD_NAME, render_card(a, snapshot, check_custom_code(a, snapshot, files)))
+            message = a.commit_message or (
+                f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', STOCK)}) with hf-norms {VERSION}"
             )
-        render_card = not excluded(CARD_NAME, a.exclude)
-        card_arguments = stating_unread(a.card(), a.include_skipped)
-        card = (
-            render_model_card(gather_card_facts(folder, a.repo_id, card_arguments, sorted(custom)))
-            if render_card
-            else ""
+            texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
+            published = [*files, CARD_NAME] if with_card else files
+            kept, content_left_out = screen_files(snapshot.published, published, token, texts, a.include_skipped or ())
+            for line in left_out_lines({**left_out, **content_left_out}):
+                logger.info(line)
+            snapshot.drop(content_left_out)
+            if not kept:
+                raise CheckpointRefused(
+                    f"The exclude patterns leave no file of {folder} to upload; nothing was uploaded."
+                )
+            if a.dry_run:
+                return sorted(kept)
+            return upload(a, folder, snapshot, kept, message, token)
+
+
+def check_custom_code(a: PushArguments, snapshot: Snapshot, files: list[str]) -> list[str]:
+    """The files of the snapshot that are or name code not hf-norms' own; CheckpointRefused unless `allow_custom_code`."""
+    custom = custom_code(snapshot.source, files)
+    if custom and not a.allow_custom_code:
+        raise CheckpointRefused(
+            f"{'; '.join(f'{name} {why}' for name, why in custom.items())}: `trust_remote_code=True` would run it. "
+            "Save the model again with hf_norms (which copies its own code), leave the file out (--exclude), or "
+            "publish it with --allow-custom-code (the card then says so). Nothing was uploaded."
         )
-        if render_card:
-            check_card(str(card))
-        message = a.commit_message or (
-            f"Upload {a.repo_id.split('/')[-1]} ({config.get('norm_type', STOCK)}) with hf-norms {VERSION}"
+    return sorted(custom)
+
+
+def render_card(a: PushArguments, snapshot: Snapshot, custom: list[str]) -> bytes:
+    """The card of the snapshot's copy of the folder, the options taking precedence; refused if the Hub would."""
+    card = str(
+        render_model_card(
+            gather_card_facts(snapshot.source, a.repo_id, stating_unread(a.card(), a.include_skipped), custom)
         )
-        texts = {"the commit message": message, "the repo id": a.repo_id, "the branch name": a.revision or ""}
-        texts |= {f"{CARD_NAME} (rendered)": str(card)} if render_card else {}
-        files, content_left_out = screen_files(folder, files, token, texts, a.include_skipped or ())
-        for line in left_out_lines({**left_out, **content_left_out}):
-            logger.info(line)
-        if not files and not render_card:
-            raise CheckpointRefused(f"The exclude patterns leave no file of {folder} to upload; nothing was uploaded.")
-        if a.dry_run:
-            return sorted({*files, CARD_NAME} if render_card else files)
-        return upload(a, folder, files, str(card) if render_card else None, message, token)
+    )
+    check_card(card)
+    return card.encode("utf-8")
 
 
 def upload(
-    a: PushArguments, folder: Path, files: list[str], card_text: str | None, message: str, token: str | None
+    a: PushArguments, folder: Path, snapshot: Snapshot, files: list[str], message: str, token: str | None
 ) -> CommitInfo:
-    """Create the repo (and branch) if missing and upload `files` of `folder`, and the card when there is one, in one
-    commit, from a staging folder of symlinks to the checked files."""
+    """Create the repo (and branch) if missing and upload the snapshot's published files (`files`), their bytes and
+    nothing else, in one commit (huggingface_hub retries a failed one), deleting the remote files `delete_patterns`
+    match."""
     repo_id, revision, endpoint = a.repo_id, a.revision, resolve_endpoint(a.endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="hf-norms", library_version=VERSION)
-    logger.info("Uploading %d files from %s to %s/%s", len(files) + bool(card_text), folder, endpoint, repo_id)
-    with tempfile.TemporaryDirectory(prefix="hf-norms-push-") as staging_dir:
-        staging = Path(staging_dir)
-        for name in files:
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            if name in PATH_BEARING_FILES:  # a copy without the local folders it names (the user's home, ...)
-                published = without_local_paths(read_json(folder / name))
-                (staging / name).write_text(json.dumps(published, indent=1), encoding="utf-8")
-            else:
-                os.symlink((folder / name).resolve(), staging / name)  # the file select_upload_files checked
-        if card_text is not None:
-            (staging / CARD_NAME).write_text(card_text, encoding="utf-8")
-        try:
-            repo_id = create_repo(api, repo_id, a.private)
-            if revision and revision != hub_constants.DEFAULT_REVISION:
-                api.create_branch(repo_id, branch=revision, exist_ok=True)
-            return api.upload_folder(
-                repo_id=repo_id,
-                folder_path=staging,
-                commit_message=message,
-                revision=revision,
-                delete_patterns=list(a.delete_patterns) if a.delete_patterns else None,
-            )
-        except OfflineModeIsEnabled:
-            raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None
-        except HfHubHTTPError as err:
-            raise PushError(explain_http_error(err, endpoint, repo_id, folder)) from None
-        except httpx2.HTTPError as err:  # connection refused, reset, timed out, ...
-            raise PushError(
-                f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "
-                "or HF_ENDPOINT) and the network; nothing in the folder was changed, so run the same push again."
-            ) from None
+    logger.info("Uploading %d files from %s to %s/%s", len(files), folder, endpoint, repo_id)
+    try:
+        repo_id = create_repo(api, repo_id, a.private)
+        if revision and revision != hub_constants.DEFAULT_REVISION:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        return api.upload_folder(  # the snapshot holds exactly `files`
+            repo_id=repo_id,
+            folder_path=snapshot.published,
+            commit_message=message,
+            revision=revision,
+            delete_patterns=list(a.delete_patterns) if a.delete_patterns else None,
+        )
+    except OfflineModeIsEnabled:
+        raise PushError("HF_HUB_OFFLINE=1 is set, which forbids any request: unset it to push.") from None
+    except HfHubHTTPError as err:
+        raise PushError(explain_http_error(err, endpoint, repo_id, folder)) from None
+    except httpx2.HTTPError as err:  # connection refused, reset, timed out, ...
+        raise PushError(
+            f"Could not reach {endpoint} to push {folder} to {repo_id}: {err}. Check the endpoint (--endpoint "
+            "or HF_ENDPOINT) and the network; nothing in the folder was changed, so run the same push again."
+        ) from None
 
 
 def create_repo(api: HfApi, repo_id: str, private: bool) -> str:

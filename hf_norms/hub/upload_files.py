@@ -1,4 +1,5 @@
-"""Which files of a checkpoint folder are published, and the check that the Hub token is in none of them.
+"""Which files of a checkpoint folder are published, the private snapshot they are published from, and the one check
+of that snapshot.
 
 A push uploads what a checkpoint is made of (`CHECKPOINT_FILES`, the files of the sentence-transformers modules that
 modules.json names when they describe the model, its remote code) and lists every other file as not uploaded,
@@ -6,17 +7,25 @@ whatever its name or content. `include` patterns add files and `exclude` pattern
 matches them (fnmatch on the path inside the folder, `*` crossing `/`, `sub/` a folder); an include pattern that
 matches nothing is an error. The folder's README.md is never uploaded: the rendered card takes its place. A symbolic
 link that would be uploaded must lead to a regular file inside the folder (it is uploaded with that file's bytes),
-else it refuses the push; links are never followed out of the folder, nor into folders. Every file to upload is read
-once (`screen_files`): one whose content hf-norms never publishes (`content_checks`) is left out and listed; the
-token in any of its forms, in a file's bytes or path or in a text the push publishes, refuses the push; so does a
-token too short to be told from chance.
+else it refuses the push; links are never followed out of the folder, nor into folders.
+
+What is published is first copied into a `Snapshot` (a private folder of this push: regular files only, opened
+without following links, each read once), the rendered card written there, and the snapshot checked as a whole by one
+function with one list of patterns (`screen_files`): one file whose content hf-norms never publishes
+(`content_checks`) is left out and listed; a secret in the card, the commit message or a file the checkpoint needs,
+and the token in any of its forms anywhere, refuses the push; so does a token too short to be told from chance. The
+upload sends the snapshot's bytes and nothing else, so a file changed in the folder during a push is never published.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
+import shutil
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -27,8 +36,8 @@ from ..errors import CheckpointRefused
 from ..readers import JSON_LIMIT
 from ..redaction import redact, text_holds_token, token_forms
 from .arguments import CardArguments
-from .card_facts import REPORT_NAME, TRAINER_STATE_NAME
-from .content_checks import holds_token, name_secret, scan_file
+from .card_facts import REPORT_NAME, TRAINER_RESULT_NAMES, TRAINER_STATE_NAME, without_local_paths
+from .content_checks import TOKEN_REASON, holds_token, scan_file, secret_patterns, text_secret
 
 CARD_NAME = "README.md"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
@@ -43,6 +52,16 @@ CHECKPOINT_FILES = (
 # the files a checkpoint needs to load: a secret or an unreadable part in one refuses the whole push
 ESSENTIAL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
                    "model-[0-9]*-of-[0-9]*.safetensors", *TOKENIZER_FILES, *PROCESSOR_FILES)  # fmt: skip
+# what a card is made of besides the files published (`card_facts.gather_card_facts` reads them)
+CARD_INPUTS = (CARD_NAME, "config.json", REPORT_NAME, TRAINER_STATE_NAME, *TRAINER_RESULT_NAMES, "modules.json",
+               "sentence_bert_config.json", "model.safetensors", "model.safetensors.index.json")  # fmt: skip
+# JSON files that record local absolute paths (a conversion's source and data, the Trainer's best checkpoint): they are
+# published with each such path cut to its last component
+PATH_BEARING_FILES = (REPORT_NAME, TRAINER_STATE_NAME)
+CARD_SOURCES = (
+    "the model card (README.md, made from the card options, the folder's README.md metadata, its conversion report "
+    "and Trainer results, and the source's card)"
+)
 BAD_NAME = re.compile(r"[\x00-\x1f\x7f\\\udc80-\udcff]")  # control characters, backslashes, undecodable bytes
 MIN_TOKEN_LENGTH = 8  # Hub tokens are 37 characters (`hf_` and 34 more)
 
@@ -141,6 +160,112 @@ def link_target(folder: Path, link: Path) -> str:
     )
 
 
+class Snapshot:
+    """A private folder (`tempfile.mkdtemp`: mode 0700, this push's own) holding what a push reads and publishes, so
+    that what is checked is what is uploaded, whatever happens to the checkpoint folder meanwhile:
+
+    - `source`: a copy of the files of the folder to publish and of those the card is made of (`CARD_INPUTS`), each a
+      regular file opened without following a symbolic link at any step of its path (`O_NOFOLLOW`; a link chosen for
+      upload is read as the file inside the folder it leads to), read once;
+    - `published`: the files the commit adds: those of `source` (hard links), the path-bearing JSON files without
+      their local paths (`without_local_paths`), and the rendered card (`write`).
+
+    As a context manager, it is removed on leaving the block, after an error too."""
+
+    def __init__(self, folder: Path, files: Sequence[str], card: bool) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="hf-norms-publish-"))
+        self.source, self.published = self.root / "source", self.root / "published"
+        try:
+            copy_files(folder, self.source, files, [name for name in CARD_INPUTS if card and name not in files])
+            for name in files:
+                (self.published / name).parent.mkdir(parents=True, exist_ok=True)
+                if name in PATH_BEARING_FILES:  # a copy without the local folders it names (the user's home, ...)
+                    self.write(name, without_local_paths_in(self.source / name))
+                else:
+                    os.link(self.source / name, self.published / name)
+        except BaseException:
+            self.remove()
+            raise
+
+    def write(self, name: str, data: bytes) -> None:
+        (self.published / name).write_bytes(data)
+
+    def drop(self, names: Iterable[str]) -> None:
+        """Take `names` (files the check left out) out of what is published."""
+        for name in names:
+            (self.published / name).unlink()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.remove()
+
+
+def copy_files(folder: Path, target: Path, names: Sequence[str], optional: Sequence[str]) -> None:
+    """Copy each of `names` (a link among them: the file inside `folder` it leads to) and each of `optional` that is
+    a regular file from `folder` to `target`; CheckpointRefused when one of `names` changed since it was chosen (is
+    now a link, a special file, or gone)."""
+    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for name in names:
+            path = folder / name
+            try:
+                copy_file(directory, link_target(folder, path) if path.is_symlink() else name, target / name)
+            except OSError:
+                raise CheckpointRefused(
+                    f"{name} in {folder} changed while it was being published (it is now a symbolic link, a special "
+                    "file or gone); hf-norms publishes only files it copied and checked. Push again once nothing "
+                    "writes to the folder. Nothing was uploaded."
+                ) from None
+        for name in optional:
+            try:
+                copy_file(directory, name, target / name)
+            except OSError:  # none, or no regular file: the card is made without it
+                continue
+    finally:
+        os.close(directory)
+
+
+def copy_file(directory: int, relative: str, target: Path) -> None:
+    """Copy the regular file `relative` of the folder open as `directory` to `target`, opening each part of its path
+    without following a symbolic link; OSError when one is a link, is missing or is no regular file (a FIFO never
+    blocks: it is opened non-blocking and refused by its type)."""
+    *parents, name = relative.split("/")
+    opened = [directory]
+    try:
+        for part in parents:
+            opened.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=opened[-1]))
+        if not stat.S_ISREG(os.stat(name, dir_fd=opened[-1], follow_symlinks=False).st_mode):
+            raise OSError(f"{relative} is no regular file")
+        descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=opened[-1])
+    finally:
+        for descriptor_of_folder in opened[1:]:
+            os.close(descriptor_of_folder)
+    with open(descriptor, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise OSError(f"{relative} is no regular file")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as copy:
+            shutil.copyfileobj(stream, copy, 1 << 22)
+
+
+def without_local_paths_in(path: Path) -> bytes:
+    """The JSON file `path` with each local absolute path in it cut to its last component; its bytes as they are when
+    it is not JSON (the check then finds it unreadable)."""
+    data = path.read_bytes()
+    try:
+        value = json.loads(data) if len(data) <= JSON_LIMIT else None
+    except (ValueError, RecursionError):
+        value = None
+    if value is None:
+        return data
+    return json.dumps(without_local_paths(value), indent=1).encode("utf-8")
+
+
 def check_token_length(token: str | None) -> None:
     """Refuse a token too short to be a Hub token: the leak check would find it in ordinary bytes by chance."""
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
@@ -152,51 +277,63 @@ def check_token_length(token: str | None) -> None:
 
 
 def screen_files(
-    folder: Path,
+    root: Path,
     files: Sequence[str],
     token: str | None,
     texts: Mapping[str, str] | None = None,
     unread_ok: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """(the files to upload, {file left out for its content or name: why}), reading each file once (`scan_file`):
-    what push cannot read in full is left out unless `unread_ok` names it, and so is a file that holds a secret.
-    Raises CheckpointRefused, before anything is created, when a file the checkpoint needs (`essential_files`) holds
-    a secret or cannot be read, when a name to upload holds a character the Hub refuses, or, naming the files and
-    texts (never the token), when a form of `token` occurs in the path or bytes of a file that is not left out (read
-    through symbolic links, as it is uploaded) or in one of `texts`."""
+    """The one check of what a push publishes: (the files to upload, {file left out for its content or name: why}),
+    for `files` of `root` (a push's `Snapshot`, the card included) and `texts` (the commit message, the repo id, the
+    branch name), each searched with one list of patterns (`content_checks.secret_patterns`: every credential format
+    and the forms of `token`), each file read once (`scan_file`), each name and text as it is and decoded.
+
+    What push cannot read in full is left out unless `unread_ok` names it, and so is a file that holds a secret.
+    Raises CheckpointRefused, before anything is created, naming the files and texts (never the secret): when the
+    card, or a file the checkpoint needs (`essential_files`), holds a secret or cannot be read; when a name holds a
+    character the Hub refuses; when a form of `token` occurs in a file or name that is not left out, or a secret in
+    one of `texts`."""
     check_token_length(token)
     check_names(files)
     needles = token_forms(token) if token else ()
-    essential = essential_files(folder, files)
+    patterns = secret_patterns(needles)
+    essential = {CARD_NAME, *essential_files(root, files)}
     kept, left_out, leaks, refusals = [], {}, [], []
     for name in files:
-        if text_holds_token(name, needles):
+        reason = text_secret(name, patterns)
+        if reason is not None and reason.startswith(TOKEN_REASON):
             leaks.append(name)
             continue
-        findings = scan_file(folder / name, needles)
-        reason = name_secret(name) or findings.secret
+        findings = scan_file(root / name, needles)
+        reason = reason or findings.secret
         if reason is None and findings.unread is not None and name not in unread_ok:
             reason = (
                 f"{findings.unread}: push cannot read all of it (publish it anyway with --include-skipped {name}; "
                 "the card then names it)"
             )
         if reason is None and findings.unread is not None:  # asked for: its bytes as they are
-            findings.holds_token = findings.holds_token or holds_token(folder / name, needles)
+            findings.holds_token = findings.holds_token or holds_token(root / name, needles)
         if reason is not None and name in essential:
-            refusals.append(f"{name} {reason}")
+            refusals.append(f"{CARD_SOURCES if name == CARD_NAME else name} {reason}")
         elif reason is not None:
             left_out[name] = reason
         else:
             (leaks if findings.holds_token else kept).append(name)
+    for what, text in (texts or {}).items():
+        reason = text_secret(text, patterns)
+        if reason is not None and reason.startswith(TOKEN_REASON):
+            leaks.append(what)
+        elif reason is not None:
+            refusals.append(f"{what} {reason}")
+    refuse_leaks(leaks, token)
     if refusals:
         raise CheckpointRefused(
             redact(
-                f"The checkpoint cannot be published as it is: {'; '.join(refusals)}. Remove the secret from the file "
-                "(or save the model again), then push again. Nothing was created or uploaded.",
+                f"The checkpoint cannot be published as it is: {'; '.join(refusals)}. Remove the secret (or save the "
+                "model again), then push again. Nothing was created or uploaded.",
                 token,
             )
         )
-    refuse_leaks(leaks + [what for what, text in (texts or {}).items() if text_holds_token(text, needles)], token)
     return kept, left_out
 
 
