@@ -11,8 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from text_families import XLM_ROBERTA
-from transformers import CLIPConfig, CLIPModel, CLIPVisionConfig, CLIPVisionModelWithProjection
+from text_families import ROBERTA, XLM_ROBERTA
+from transformers import (
+    CLIPConfig,
+    CLIPModel,
+    CLIPVisionConfig,
+    CLIPVisionModelWithProjection,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2Model,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 import hf_norms
 from hf_norms import cli
@@ -57,6 +67,60 @@ def test_an_hf_norms_checkpoint_under_the_stock_model_type_is_refused_in_one_lin
             transformers.AutoModelForSequenceClassification.from_pretrained(folder, **options)
         assert str(error.value) == expected
     assert tree_digest(folder) == before
+
+
+def test_a_checkpoint_whose_model_type_was_edited_to_another_family_is_refused_in_one_line(tmp_path):
+    """A RoBERTa DyT checkpoint whose config.json was edited to say `xlm_roberta_norm` loaded every weight into
+    XLMRobertaNormModel and gave other outputs, silently; its `architectures` name the family that saved the weights,
+    so it is refused in one line, and loads again once the model_type is set back."""
+    folder = tmp_path / "roberta-dyt"
+    torch.manual_seed(0)
+    config = hf_norms.RobertaNormConfig.from_stock_config(ROBERTA.stock_config(), norm_type="dyt")
+    hf_norms.RobertaNormModel(config).save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, "model_type": "xlm_roberta_norm"}))
+    with pytest.raises(Exception) as error:
+        transformers.AutoModel.from_pretrained(folder)
+    assert str(error.value).splitlines()[-1].strip() == (
+        "ValueError: config.json says model_type 'xlm_roberta_norm', but its weights were saved by RobertaNormModel, "
+        "a class of another hf-norms family: set model_type back to that family's to load them."
+    )
+    (folder / "config.json").write_text(json.dumps(saved))
+    assert type(transformers.AutoModel.from_pretrained(folder)) is hf_norms.RobertaNormModel
+
+
+@pytest.mark.parametrize(
+    ("stock_class", "config"),
+    [
+        (GPT2LMHeadModel, GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, bos_token_id=0, eos_token_id=0)),
+        (LlamaForCausalLM, LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                       num_key_value_heads=2, intermediate_size=64, vocab_size=64)),
+    ],
+)  # fmt: skip
+def test_a_decoder_checkpoint_with_a_norm_option_names_the_families_that_take_one(stock_class, config, tmp_path):
+    """`AutoModelForCausalLM.from_pretrained(<GPT-2 or Llama>, norm_type="dyt")` with hf_norms imported ended in
+    `TypeError: GPT2LMHeadModel.__init__() got an unexpected keyword argument 'norm_type'`; it is one line naming the
+    model types that take norm options. Without one, the Auto classes give transformers' own class, which generates
+    as it does without hf_norms."""
+    torch.manual_seed(0)
+    stock_class(config).save_pretrained(tmp_path / "decoder")
+    source = tmp_path / "decoder"
+    for auto_class in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+        with pytest.raises(ValueError) as error:
+            auto_class.from_pretrained(source, norm_type="dyt")
+        assert str(error.value) == (
+            f"{source}: model_type {config.model_type!r} is not a family hf-norms loads with norm options: those are "
+            "'vit', 'deit', 'bert', 'roberta', 'xlm-roberta', 'dinov2' and 'clip_vision_model' checkpoints (decoders "
+            "such as GPT-2 and Llama are not covered yet); load it without norm options."
+        )
+    model = transformers.AutoModelForCausalLM.from_pretrained(source).eval()
+    assert type(model) is stock_class
+    reference = stock_class.from_pretrained(source).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    generated = model.generate(prompt, max_new_tokens=4, do_sample=False)
+    assert torch.equal(generated, reference.generate(prompt, max_new_tokens=4, do_sample=False))
+    assert type(transformers.AutoModel.from_config(config)) is (GPT2Model if stock_class is GPT2LMHeadModel else
+                                                                  transformers.LlamaModel)  # fmt: skip
 
 
 def test_convert_of_a_full_clip_checkpoint_names_its_vision_tower(tmp_path, capsys):
@@ -172,3 +236,23 @@ def test_finetune_of_an_unknown_model_type_lists_the_families_it_fine_tunes(tmp_
         "'xlm_roberta_norm'])."
     )
     assert not output.exists()
+
+
+def test_convert_with_data_of_a_checkpoint_without_a_tokenizer_says_what_the_cli_user_can_do(tmp_path, capsys):
+    """`convert --calibration-data` of a checkpoint saved without its tokenizer said "give one (processor=...)", a
+    Python keyword the command line does not have; the line says how to put the tokenizer in the folder. Exit 2,
+    nothing written."""
+    torch.manual_seed(0)
+    source = tmp_path / "roberta"
+    ROBERTA.stock_class("ForMaskedLM")(ROBERTA.stock_config()).save_pretrained(source)
+    (tmp_path / "calibration.txt").write_text("one sentence\nanother sentence\n")
+    before = tree_digest(source)
+    status = cli.main(["convert", str(source), "--norm-type", "dyt", "--calibration-data",
+                       str(tmp_path / "calibration.txt"), "--output", str(tmp_path / "out")])  # fmt: skip
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and line == (
+        "hf-norms convert: error: The data needs the model's tokenizer to encode it, and the checkpoint has none: save "
+        "the one it was trained with into the checkpoint folder (`AutoTokenizer.from_pretrained(ID).save_pretrained("
+        "FOLDER)` writes tokenizer.json) and convert again (in Python: convert_model(..., processor=...))."
+    ), line
+    assert not (tmp_path / "out").exists() and tree_digest(source) == before

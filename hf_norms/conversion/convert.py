@@ -78,6 +78,11 @@ from .sources import (
 )
 
 RAW_PROBES = "built-in probe inputs (no processor)"
+# what encodes each modality's data: its name, the Auto class that loads it and the file it is saved as
+PROCESSORS = {
+    "text": ("tokenizer", "AutoTokenizer", "tokenizer.json"),
+    "image": ("image processor", "AutoImageProcessor", "preprocessor_config.json"),
+}
 DEFAULT_MAX_LENGTH = 128  # tokens per text, for a model converted in memory
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
 # Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
@@ -394,8 +399,12 @@ class ConversionData:
             else load_examples(a.calibration_data, modality, count, a.data_column(modality))
         )  # fmt: skip
         if (calibration is not None or a.evaluation_data is not None) and processor is None:
-            needed = "tokenizer" if modality == "text" else "image processor"
-            raise ConversionError(f"The data needs the model's {needed} to encode it: give one (processor=...).")
+            needed, loader, written = PROCESSORS[modality]
+            raise ConversionError(
+                f"The data needs the model's {needed} to encode it, and the checkpoint has none: save the one it was "
+                f"trained with into the checkpoint folder (`{loader}.from_pretrained(ID).save_pretrained(FOLDER)` "
+                f"writes {written}) and convert again (in Python: convert_model(..., processor=...))."
+            )
         if processor is None:
             batches = [raw_probe_batch(config)]
             examples = Examples([None] * len(next(iter(batches[0].values()))), RAW_PROBES, modality)

@@ -16,7 +16,9 @@ no hook of transformers sees the option before that. So, through `register(..., 
 to a subclass of each stock head (`stock_router`) whose `from_pretrained` and `_from_config`, without a norm option, are
 the stock class's own (the model built is the stock class itself), and with one, the hf-norms head's.
 A config that holds a family's stock config as a part (`CLIPConfig` and its `vision_config`) maps in `AutoModel` to a
-`composite_router`: the stock class, which with a norm option says in one line which hf-norms class loads that part.
+`refusing_router`: the stock class, which with a norm option says in one line which hf-norms class loads that part; so
+do the stock heads of the decoders users load beside them (`UNCOVERED_MODEL_TYPES`), naming the families that take
+norm options.
 
 The one name used from transformers outside its public API is each Auto mapping's `_extra_content` (what `register`
 fills) and its table of class names by model type (`_model_mapping`), read and replaced here only.
@@ -38,6 +40,10 @@ from transformers.models.auto import modeling_auto
 from .family_registry import FAMILIES
 from .family_spec import FamilySpec
 from .norm_registry import STOCK, looks_like_a_norm_keyword
+
+# Model types users load beside hf-norms' families that take no norm options yet: with one, their Auto classes answer in
+# one line naming the families that do (`register_uncovered_routers`)
+UNCOVERED_MODEL_TYPES = ("gpt2", "llama")
 
 
 @dataclass(frozen=True)
@@ -219,14 +225,13 @@ def composite_configs(family: FamilySpec) -> list[type]:
 
 
 def refused_from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-    """The stock class's `from_pretrained`; with a norm keyword, one line naming the hf-norms class that loads the
-    part of the checkpoint that is a family's model."""
+    """The stock class's `from_pretrained`; with a norm keyword, one line: its model type takes no norm options, and
+    the class's `advice` says what does."""
     if not any(map(looks_like_a_norm_keyword, kwargs)):
         return cls.stock_class.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
     raise ValueError(
         f"{pretrained_model_name_or_path}: model_type {cls.config_class.model_type!r} is not a family hf-norms loads "
-        f"with norm options, but its {cls.part} is {cls.family_name}'s: load that part with "
-        f"hf_norms.{cls.norm_class.__name__}.from_pretrained(path, norm_type=...)."
+        f"with norm options{cls.advice}"
     )
 
 
@@ -235,18 +240,16 @@ def stock_from_config(cls, config, **kwargs):
     return cls.stock_class._from_config(config, **kwargs)
 
 
-def composite_router(stock_class: type, part: str, family: FamilySpec, norm_class: type) -> type:
-    """`stock_class` (`CLIPModel`) for `AutoModel`, its `from_pretrained` refusing norm options in one line that names
-    `norm_class`, which loads the checkpoint's `part` (its `vision_config` model); transformers' own class refuses
-    them with a TypeError from its `__init__`."""
+def refusing_router(stock_class: type, advice: str) -> type:
+    """`stock_class` (`CLIPModel`, `GPT2LMHeadModel`) for the Auto classes, its `from_pretrained` refusing norm
+    options in one line ending in `advice`, where transformers' own class refuses them with a TypeError from its
+    `__init__`; without them, and in `from_config`, the stock class itself."""
     namespace = {
         "__module__": stock_class.__module__,
         "__qualname__": stock_class.__qualname__,
-        "__doc__": f"`{stock_class.__name__}` for AutoModel; norm options name `{norm_class.__name__}`.",
+        "__doc__": f"`{stock_class.__name__}` for the Auto classes, refusing norm options in one line.",
         "stock_class": stock_class,
-        "norm_class": norm_class,
-        "part": part,
-        "family_name": family.display_name,
+        "advice": advice,
         "from_pretrained": classmethod(refused_from_pretrained),
         "_from_config": classmethod(stock_from_config),
     }
@@ -254,7 +257,7 @@ def composite_router(stock_class: type, part: str, family: FamilySpec, norm_clas
 
 
 def register_composite_routers(family: FamilySpec, on_import: Callable[[], None]) -> None:
-    """A `composite_router` in `AutoModel` for each config that holds the family's stock config as a part, made when
+    """A `refusing_router` in `AutoModel` for each config that holds the family's stock config as a part, made when
     `AutoModel` first looks it up."""
     lazy_entries(transformers.AutoModel._model_mapping)
     for composite in composite_configs(family):
@@ -265,9 +268,35 @@ def register_composite_routers(family: FamilySpec, on_import: Callable[[], None]
 
             def load(names=names, part=part, bare=stock_model_names) -> type:
                 bare_model = norm_classes(family, bare, on_import)[0]
-                return composite_router(getattr(transformers, names[0]), part, family, bare_model)
+                advice = (
+                    f", but its {part} is {family.display_name}'s: load that part with "
+                    f"hf_norms.{bare_model.__name__}.from_pretrained(path, norm_type=...)."
+                )
+                return refusing_router(getattr(transformers, names[0]), advice)
 
             transformers.AutoModel.register(composite, OnLookup(load), exist_ok=True)
+
+
+def register_uncovered_routers(auto_classes: dict[str, type]) -> None:
+    """A `refusing_router` for each stock head of `UNCOVERED_MODEL_TYPES` in every Auto class that maps it, made when
+    first looked up: its line names the model types that take norm options."""
+    *others, last = [repr(family.stock_model_type) for family in FAMILIES.values()]
+    advice = (
+        f": those are {', '.join(others)} and {last} checkpoints (decoders such as GPT-2 and Llama are not covered "
+        "yet); load it without norm options."
+    )
+    for model_type in UNCOVERED_MODEL_TYPES:
+        config_class = transformers.CONFIG_MAPPING[model_type]
+        for auto_class in auto_classes.values():
+            names = stock_names(auto_class, model_type)
+            if names:
+                lazy_entries(auto_class._model_mapping)
+                routers = OnLookup(
+                    lambda names=names: one_or_several(
+                        tuple(refusing_router(getattr(transformers, name), advice) for name in names)
+                    )
+                )
+                auto_class.register(config_class, routers, exist_ok=True)
 
 
 def one_or_several(classes: tuple[type, ...]) -> type | tuple[type, ...]:
@@ -297,4 +326,5 @@ def register_auto_classes(on_import: Callable[[], None] = lambda: None) -> None:
             auto_class.register(config_class, heads, exist_ok=True)
             auto_class.register(family.stock_config_class, routers, exist_ok=True)
         register_composite_routers(family, on_import)
+    register_uncovered_routers(auto_classes)
     after_import("transformers.models.auto.image_processing_auto", register_image_processors)
