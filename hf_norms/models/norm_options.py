@@ -13,6 +13,7 @@ from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import dataclasses
+import re
 import struct
 from typing import ClassVar
 
@@ -26,6 +27,8 @@ from .package_only import package_only
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
 # Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)
 RUNTIME_CHOICES = ("attn_implementation", "experts_implementation")
+# The class names an hf-norms model saves in `architectures` (`BertNormForMaskedLM`), with its family's prefix
+NORM_ARCHITECTURE = re.compile(r"(\w+?Norm)(?:Model|For\w+|PreTrainedModel)")
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "mlp_ratio")
 
 
@@ -136,6 +139,7 @@ class NormOptions(NormOptionFields):
                 "(is_decoder=True) would see future tokens; use is_decoder=False or another norm_type."
             )
         self.validate_layer_norm_types()
+        self.validate_architectures()
 
     def float_problem(self, option) -> str | None:
         """Why float `option`'s value does not fit a weight of this config's dtype (float32 unless it names a 16-bit
@@ -152,6 +156,22 @@ class NormOptions(NormOptionFields):
         stored = struct.unpack(unit, struct.pack(unit, value))[0]
         problem = option.check(option.name, stored, self) if option.check else None
         return f"{option.name}={value!r} does not fit a {dtype} weight: {problem}" if problem else None
+
+    def validate_architectures(self) -> None:
+        """`architectures`, the classes that saved the weights, are not another hf-norms family's: BERT weights whose
+        config.json was edited to say `roberta_norm` load without a missing weight but compute something else
+        (RoBERTa's positions start after the padding index)."""
+        own = {kind.__name__.removesuffix("Config") for kind in type(self).__mro__}
+        others = [
+            name
+            for name in self.architectures or ()
+            if (found := NORM_ARCHITECTURE.fullmatch(str(name))) and found[1] not in own
+        ]
+        if others:
+            raise ValueError(
+                f"config.json says model_type {self.model_type!r}, but its weights were saved by {others[0]}, a "
+                "class of another hf-norms family: set model_type back to that family's to load them."
+            )
 
     def validate_layer_norm_types(self) -> None:
         """`layer_norm_types`: None, or one entry per encoder layer, each `norm_type` or `layernorm` (not with norm
