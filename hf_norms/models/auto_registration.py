@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import transformers
-from transformers.models.auto import modeling_auto
+from transformers.models.auto import configuration_auto, modeling_auto
 
 from .family_registry import FAMILIES
 from .family_spec import FamilySpec
@@ -278,25 +278,32 @@ def register_composite_routers(family: FamilySpec, on_import: Callable[[], None]
 
 
 def register_uncovered_routers(auto_classes: dict[str, type]) -> None:
-    """A `refusing_router` for each stock head of `UNCOVERED_MODEL_TYPES` in every Auto class that maps it, made when
-    first looked up: its line names the model types that take norm options."""
+    """A `refusing_router` for each stock head of `UNCOVERED_MODEL_TYPES` in every Auto class that maps it, registered
+    once transformers imports that model type's configuration module (`after_import`: Llama's costs 2.2 s of CPU, paid
+    only by those who load one) and made when first looked up: its line names the model types that take norm
+    options."""
     *others, last = [repr(family.stock_model_type) for family in FAMILIES.values()]
     advice = (
         f": those are {', '.join(others)} and {last} checkpoints (decoders such as GPT-2 and Llama are not covered "
         "yet); load it without norm options."
     )
     for model_type in UNCOVERED_MODEL_TYPES:
-        config_class = transformers.CONFIG_MAPPING[model_type]
-        for auto_class in auto_classes.values():
-            names = stock_names(auto_class, model_type)
-            if names:
-                lazy_entries(auto_class._model_mapping)
-                routers = OnLookup(
-                    lambda names=names: one_or_several(
-                        tuple(refusing_router(getattr(transformers, name), advice) for name in names)
+        module = configuration_auto.model_type_to_module_name(model_type)
+        config_name = configuration_auto.CONFIG_MAPPING_NAMES[model_type]
+
+        def register(configuration: Any, model_type: str = model_type, config_name: str = config_name) -> None:
+            for auto_class in auto_classes.values():
+                names = stock_names(auto_class, model_type)
+                if names:
+                    lazy_entries(auto_class._model_mapping)
+                    routers = OnLookup(
+                        lambda names=names: one_or_several(
+                            tuple(refusing_router(getattr(transformers, name), advice) for name in names)
+                        )
                     )
-                )
-                auto_class.register(config_class, routers, exist_ok=True)
+                    auto_class.register(getattr(configuration, config_name), routers, exist_ok=True)
+
+        after_import(f"transformers.models.{module}.configuration_{module}", register)
 
 
 def one_or_several(classes: tuple[type, ...]) -> type | tuple[type, ...]:
