@@ -6,6 +6,7 @@ are what we compare)."""
 from __future__ import annotations
 
 import random
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -28,11 +29,22 @@ class Timing:
         return (quartiles[2] - quartiles[0]) / self.median
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished child processes (`/usr/bin/time`'s %U + %S)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def time_interleaved(
-    candidates: dict[str, Callable[[], object]], rounds: int, warmup: int = 2, inner: int = 1
+    candidates: dict[str, Callable[[], object]],
+    rounds: int,
+    warmup: int = 2,
+    inner: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Timing]:
     """Run each candidate `warmup` times, then `rounds` rounds in which every candidate runs `inner` times, in an order
-    shuffled anew each round (seeded, so runs are repeatable)."""
+    shuffled anew each round (seeded, so runs are repeatable), each timed by `clock` (wall-clock seconds, or
+    `children_cpu_seconds` for the CPU that candidates run as subprocesses use)."""
     for function in candidates.values():
         for _ in range(warmup):
             function()
@@ -43,10 +55,10 @@ def time_interleaved(
         shuffle(order)
         for name in order:
             function = candidates[name]
-            start = time.perf_counter()
+            start = clock()
             for _ in range(inner):
                 function()
-            timings[name].seconds.append((time.perf_counter() - start) / inner)
+            timings[name].seconds.append((clock() - start) / inner)
     return timings
 
 
