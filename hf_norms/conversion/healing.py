@@ -402,8 +402,16 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
     )
 
 
+# What the Trainer writes into a checkpoint of the student: the model (`save_pretrained`: config, weights and their
+# index, remote code), the run's state, optimizer, scheduler, scaler and random states, and the arguments
+TRAINER_CHECKPOINT_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
+                            "configuration_*.py", "modeling_*.py", "trainer_state.json", "training_args.bin",
+                            "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")  # fmt: skip
+
+
 class RecordedSaves(transformers.TrainerCallback):
-    """Record each checkpoint the Trainer saves into the work folder as this run's (`ClaimedFolder.record`), once
+    """Record each checkpoint the Trainer saves into the work folder as this run's (`ClaimedFolder.record`: the files
+    the Trainer writes, `TRAINER_CHECKPOINT_FILES`, so that one a user writes into it while it is saved stays), once
     every process has written its part, and remove the one before it as the Trainer's rotation would with
     `save_total_limit=1`, but only as far as this run recorded it: what a user added to it stays, and so does the
     checkpoint's folder then. At the end the run removes the last one the same way."""
@@ -416,7 +424,7 @@ class RecordedSaves(transformers.TrainerCallback):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if self.work is None or not checkpoint.is_dir():
             return
-        self.work.record(checkpoint)
+        self.work.record(checkpoint, TRAINER_CHECKPOINT_FILES)
         if self.previous is not None and self.previous != checkpoint:
             self.work.remove_recorded(self.previous)
         self.previous = checkpoint

@@ -5,10 +5,11 @@ which may continue an earlier run of the same command (`resume`) or move the fol
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,10 +45,14 @@ class ClaimedFolder:
         Marker.new(self.command, made_folder=self.created).write(self.path)
         return self
 
-    def record(self, made: Path) -> None:
-        """Record `made` (a file or folder this run just wrote into the folder) and everything in it as this run's,
-        each by its identity: a file replaced afterwards is someone else's."""
-        for path in [made, *(made.rglob("*") if made.is_dir() and not made.is_symlink() else [])]:
+    def record(self, made: Path, names: Sequence[str] = ("*",)) -> None:
+        """Record `made` (a file or folder this run just wrote into the folder) and everything in it whose path inside
+        it matches one of `names` (fnmatch patterns: what the run writes there, so that a file someone else wrote
+        into it meanwhile is not taken for the run's) as this run's, each by its identity: a file replaced afterwards
+        is someone else's."""
+        inside = made.rglob("*") if made.is_dir() and not made.is_symlink() else []
+        chosen = [path for path in inside if any(fnmatch.fnmatch(path.relative_to(made).as_posix(), n) for n in names)]
+        for path in [made, *chosen]:
             status = path.lstat()
             self.made[path] = (status.st_dev, status.st_ino)
 

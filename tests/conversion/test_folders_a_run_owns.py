@@ -247,6 +247,27 @@ def test_files_the_user_writes_into_the_work_folder_during_a_heal_are_kept(calib
     assert f"Kept {work}" in caplog.text
 
 
+def test_a_file_the_user_writes_into_a_checkpoint_while_it_is_saved_is_kept(calibrated, capsys, caplog, monkeypatch):
+    """A file written into `checkpoint-N` while the Trainer saves it (after the model, before the optimizer and the
+    state) was recorded with the checkpoint as this run's and deleted by the rotation; only what the Trainer writes is
+    recorded now, so the file stays, and everything the Trainer wrote is still removed."""
+    folder, images = calibrated
+    work = folder.parent / f".{folder.name}.healing"
+    real_save_model = distillation.DistillationTrainer.save_model
+
+    def save_model_then_the_user_writes(trainer, output_dir=None, *args, **kwargs):
+        real_save_model(trainer, output_dir, *args, **kwargs)
+        if output_dir is not None and Path(output_dir).name.startswith("checkpoint-"):
+            (Path(output_dir) / "during-save.txt").write_text("the user's")
+
+    monkeypatch.setattr(distillation.DistillationTrainer, "save_model", save_model_then_the_user_writes)
+    assert run(heal_args(folder, images), capsys)[0] == 0
+    assert sorted(p.name for p in work.iterdir()) == sorted([MARKER_NAME, "checkpoint-1", "checkpoint-2"])
+    for checkpoint in ("checkpoint-1", "checkpoint-2"):
+        assert [p.name for p in (work / checkpoint).iterdir()] == ["during-save.txt"]
+    assert f"Kept {work}" in caplog.text
+
+
 def test_a_work_dir_the_user_made_and_a_mount_point_are_never_removed(calibrated, tmp_path, capsys):
     folder, images = calibrated
     made = tmp_path / "my-work"
