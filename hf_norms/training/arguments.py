@@ -12,12 +12,15 @@ before the fine-tuning code (datasets, the Trainer, the models).
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..cli_parsing import did_you_mean
 from ..conversion.arguments import looks_like_a_path
 from ..errors import FinetuneInputError
 from ..models.norm_registry import NORM_NAMES, unknown_norm_type
@@ -136,6 +139,9 @@ class OutputArguments:
 
 
 OWN_ARGUMENTS = (ModelArguments, DataArguments, OutputArguments)
+# The option names of `TrainingArguments` by tested transformers release (`scripts/trainer_option_names.py` writes
+# them), so that a mistyped option is answered before transformers is imported
+TRAINER_OPTION_NAMES = Path(__file__).with_name("trainer_option_names.json")
 
 
 def _integer(value: Any) -> bool:
@@ -186,9 +192,34 @@ def arguments_file(argv: list[str]) -> Path | None:
 def own_option_names() -> set[str]:
     """The options of `ModelArguments`, `DataArguments` and `OutputArguments` as `HfArgumentParser` spells them:
     `--name` and `--name-with-dashes`, and `--no_name` for a boolean that defaults to True."""
-    fields = [item for arguments in OWN_ARGUMENTS for item in dataclasses.fields(arguments)]
-    names = {item.name for item in fields} | {f"no_{item.name}" for item in fields if item.default is True}
+    return spellings(field_names(*OWN_ARGUMENTS))
+
+
+def field_names(*dataclass_types: type) -> set[str]:
+    """The fields of `dataclass_types`, and `no_<field>` for each boolean that defaults to True."""
+    fields = [item for kind in dataclass_types for item in dataclasses.fields(kind)]
+    return {item.name for item in fields} | {f"no_{item.name}" for item in fields if item.default is True}
+
+
+def spellings(names: set[str]) -> set[str]:
+    """`--name` and `--name-with-dashes` of each of `names`, as `HfArgumentParser` takes them."""
     return {spelling for name in names for spelling in (f"--{name}", f"--{name.replace('_', '-')}")}
+
+
+def known_trainer_option_names() -> set[str] | None:
+    """The installed transformers release's `TrainingArguments` option names (`field_names`) from hf-norms' table of
+    the tested releases (`TRAINER_OPTION_NAMES`), without importing transformers; None for a release not in it."""
+    table = json.loads(TRAINER_OPTION_NAMES.read_text(encoding="utf-8"))
+    names = table.get(importlib.metadata.version("transformers"))
+    return set(names) if names is not None else None
+
+
+def refuse_unknown_options(argv: list[str], known: set[str]) -> None:
+    """Refuse, in one line with the nearest one, the first option of `argv` that is not among the spellings `known`."""
+    unknown = [name for name in option_names_in(argv) if name not in known]
+    if unknown:
+        hint = did_you_mean(unknown[0], known)
+        raise FinetuneInputError(f"unrecognized option {unknown[0]}{hint} (see `hf-norms finetune --help`)")
 
 
 def check_command_line(argv: list[str]) -> None:
@@ -212,6 +243,9 @@ def check_command_line(argv: list[str]) -> None:
         except ValueError:
             raise FinetuneInputError(f"{name} must be {what}, got {text!r}.") from None
     check_values({**values, "norm_type": option_value(argv, "norm_type")})
+    trainer_names = known_trainer_option_names()
+    if trainer_names is not None:  # a tested release: a mistyped option is answered now
+        refuse_unknown_options(argv, own_option_names() | spellings(trainer_names))
     if all(name in own_option_names() for name in option_names_in(argv)):  # else a mistyped one may name the model
         check_one_model(argv)
     check_model_path(option_value(argv, "model_name_or_path"))

@@ -9,7 +9,6 @@ once `TrainingArguments` is imported and before the fine-tuning code (datasets, 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import stat
 import types
@@ -20,7 +19,6 @@ from typing import Any, NoReturn
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from ..cli_parsing import did_you_mean
 from ..errors import FinetuneInputError
 from ..readers import read_json
 from .arguments import (
@@ -30,8 +28,10 @@ from .arguments import (
     check_model_path,
     check_one_model,
     check_values,
-    option_names_in,
+    field_names,
     own_option_names,
+    refuse_unknown_options,
+    spellings,
 )
 from .option_values import read_value
 
@@ -53,23 +53,19 @@ def check_trainer_options(argv: list[str]) -> None:
             raise FinetuneInputError(ONE_MODEL)
         check_model_path(options.get("model_name_or_path"))
         return
-    known = option_names()
-    unknown = [name for name in option_names_in(argv) if name not in known]
-    if unknown:
-        hint = did_you_mean(unknown[0], known)
-        raise FinetuneInputError(f"unrecognized option {unknown[0]}{hint} (see `hf-norms finetune --help`)")
+    refuse_unknown_options(argv, option_names())
     check_one_model(argv)
 
 
 def option_names() -> set[str]:
     """Every option `hf-norms finetune` takes, as `HfArgumentParser` spells them: hf-norms' own
-    (`arguments.own_option_names`) and, for each field of `TrainingArguments`, `--name`, `--name-with-dashes` and
-    `--no_name` for a boolean that defaults to True."""
-    fields = dataclasses.fields(TrainingArguments)
-    names = {item.name for item in fields} | {f"no_{item.name}" for item in fields if item.default is True}
-    return own_option_names() | {
-        spelling for name in names for spelling in (f"--{name}", f"--{name.replace('_', '-')}")
-    }
+    (`arguments.own_option_names`) and those of `TrainingArguments` (`trainer_field_names`)."""
+    return own_option_names() | spellings(trainer_field_names())
+
+
+def trainer_field_names() -> set[str]:
+    """The option names of the installed `TrainingArguments` (`arguments.field_names`)."""
+    return field_names(TrainingArguments)
 
 
 def check_keyword_options(training_args: TrainingArguments) -> None:
