@@ -29,7 +29,7 @@ from PIL import Image
 from hf_norms import packaged
 from hf_norms.conversion.convert import convert_model
 from hf_norms.conversion.downstream import PACKAGED, CheckData, DownstreamChecks
-from hf_norms.models.norms import NORM_TYPES
+from hf_norms.norms.build import NORM_TYPES
 
 MODELS = ("minilm", "dinov2")
 

@@ -69,7 +69,7 @@ import hf_norms
 from benchmarks.timing import markdown_table
 from hf_norms import packaged
 from hf_norms.conversion.report import REPORT_JSON, record_fine_tuning
-from hf_norms.models.norms import function_preserving_options
+from hf_norms.norms.build import function_preserving_options
 from hf_norms.training.data import packaged_dataset
 
 CALIBRATION_EXAMPLES, CALIBRATION_HELD_OUT = 64, 16

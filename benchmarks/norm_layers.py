@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
-from hf_norms.models.norms import (
+from hf_norms.norms.build import (
     DynamicErf,
     DynamicTanh,
     DynamicTokenNorm,

@@ -275,7 +275,7 @@ def onnxruntime_logits(model_bytes: bytes, inputs: dict[str, torch.Tensor]) -> d
 
 def exported(case: Case) -> dict[str, float]:
     """`torch.export` with dynamic shapes, then the dynamo ONNX exporter on the same program and onnxruntime, and the
-    dynamo ONNX exporter on the model itself (where DTN is one operator with its own translation, `norm_dtn_export`);
+    dynamo ONNX exporter on the model itself (where DTN is one operator with its own translation, `norms/dtn.py`);
     all run on a batch of another size (and length) than the one exported with."""
     program = torch.export.export(case.copy(), (), kwargs=features(case.inputs), dynamic_shapes=dynamic_shapes(case))
     reference = inference(case.model, case.other_inputs)

@@ -30,7 +30,7 @@ import hf_norms
 from benchmarks.timing import TIMING_HEADER, markdown_table, ratio_rows, time_interleaved
 from hf_norms import packaged
 from hf_norms.conversion.folding import fold_norms
-from hf_norms.models.norms import LayerNorm
+from hf_norms.norms.build import LayerNorm
 
 NORM_VARIANTS = {
     "layernorm": {},

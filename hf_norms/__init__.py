@@ -26,15 +26,15 @@ from importlib import metadata as _metadata
 
 # Refuses (ImportError, one line) a transformers release older than the supported range, before transformers is
 # imported; warns once on a newer one.
-from .models import version_guard as _version_guard  # noqa: F401  # isort: split
-from .models.norm_registry import layer_class_named as _layer_class_named
+from . import version_guard as _version_guard  # noqa: F401  # isort: split
+from .norms.registry import layer_class_named as _layer_class_named
 from .version import VERSION
 
 __version__ = VERSION
 
 # module (relative to this package) -> the public names it defines
 PUBLIC_MODULES = {
-    "models.norms": [
+    "norms.build": [
         "NORM_TYPES", "DynamicErf", "DynamicTanh", "DynamicTokenNorm", "LayerNorm", "PositionEmbeddingNorm", "SeparateNorm",
         "TokenLayout",
     ],

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 
-from .models.version_guard import NEWEST_TESTED_TRANSFORMERS, OLDEST_TRANSFORMERS, SUPPORTED_TRANSFORMERS
 from .version import VERSION
+from .version_guard import NEWEST_TESTED_TRANSFORMERS, OLDEST_TRANSFORMERS, SUPPORTED_TRANSFORMERS
 
 # The libraries hf-norms runs with, in the order a report lists them
 LIBRARIES = (

@@ -45,7 +45,7 @@ from transformers import (
 import hf_norms
 from hf_norms.demo import BLOCK_HF_NORMS
 from hf_norms.models.family_registry import FAMILIES
-from hf_norms.models.norm_registry import STOCK
+from hf_norms.norms.registry import STOCK
 
 NORM_TYPES = sorted(hf_norms.NORM_TYPES)
 # the norms a LayerNorm checkpoint converts into exactly in every family (their function-preserving options)

@@ -26,7 +26,7 @@ from transformers import (
 
 import hf_norms
 from hf_norms import cli
-from hf_norms.models import modeling_clip_vision_norm
+from hf_norms.models.clip_vision import modeling_clip_vision_norm
 from hf_norms.models.family_registry import FAMILIES
 
 CLIP_VISION = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,

@@ -13,10 +13,10 @@ import torch
 from tftests.test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask
 
 import hf_norms
+from hf_norms.models.clip_vision.modeling_clip_vision_norm import CLIPVisionNormModelWithProjection
 from hf_norms.models.family_registry import FAMILIES as FAMILY_REGISTRY
 from hf_norms.models.family_registry import MODEL_CLASSES
-from hf_norms.models.modeling_clip_vision_norm import CLIPVisionNormModelWithProjection
-from hf_norms.models.norm_registry import NORM_TYPES
+from hf_norms.norms.registry import NORM_TYPES
 
 
 class VisionTester:

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from ..cli_parsing import did_you_mean, flag, option, required
 from ..errors import ConversionError, require_type
-from ..models.norm_registry import NORM_NAMES, NORM_TYPES
-from ..models.norm_spec import FLOAT_MAX
+from ..norms.registry import NORM_NAMES, NORM_TYPES
+from ..norms.spec import FLOAT_MAX
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICE_CHOICES = Device.__args__

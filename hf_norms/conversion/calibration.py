@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..models.norms import LayerNorm, NormSpec
+from ..norms.build import LayerNorm, NormSpec
 from .data import model_device, on_device, real_token_mask, run_model
 from .elementwise_fit import SATURATING_FUNCTIONS, ElementwiseFit, fit_elementwise
 from .fidelity import forward_with_norms

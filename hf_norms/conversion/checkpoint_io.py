@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConversionError
-from ..models.norm_registry import STOCK
+from ..norms.registry import STOCK
 from ..output_folders import move_aside
 from ..readers import JSON_LIMIT, parse_json, read_json_object
 from .arguments import check_source_name

@@ -39,7 +39,7 @@ from ..errors import ConversionError, one_line, require_type
 from ..models.family_registry import MODEL_CLASSES
 from ..models.family_spec import FamilySpec
 from ..models.norm_options import NormOptions
-from ..models.norms import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
+from ..norms.build import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
 from ..readers import read_json_object
 from ..version import VERSION

@@ -34,7 +34,7 @@ from torch import nn
 from ..errors import ConversionError
 from ..models.family_registry import family_of
 from ..models.family_spec import FamilySpec
-from ..models.norms import norm_spec, spec_of_module
+from ..norms.build import norm_spec, spec_of_module
 from .data import run_model
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import ConversionError
-from ..models.norms import STOCK, norm_spec
+from ..norms.build import STOCK, norm_spec
 from .fidelity import measure_fidelity
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConversionError
 from ..models.family_registry import FAMILIES, MODEL_CLASSES
-from ..models.norms import fine_tuning_config, norm_spec
+from ..norms.build import fine_tuning_config, norm_spec
 from ..readers import read_json_object
 from .data import TOKEN_TYPES
 

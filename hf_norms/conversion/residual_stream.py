@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..models.family_registry import family_of
-from ..models.norms import adds_input_position_embeddings
+from ..norms.build import adds_input_position_embeddings
 
 
 @torch.no_grad()

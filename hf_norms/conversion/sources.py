@@ -20,7 +20,7 @@ from torch import nn
 from ..errors import ConversionError, one_line
 from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_names, family_of
 from ..models.family_spec import FamilySpec
-from ..models.norm_registry import STOCK
+from ..norms.registry import STOCK
 from ..output_folders import copy_checkpoint_files
 from ..readers import read_json, read_json_object
 from .checkpoint_io import SourceCheckpoint

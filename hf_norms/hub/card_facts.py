@@ -21,7 +21,7 @@ from ..conversion.sources import sentence_transformers_max_length
 from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_of
 from ..models.family_spec import FamilySpec
 from ..models.norm_options import NormOptions
-from ..models.norm_registry import STOCK
+from ..norms.registry import STOCK
 from ..readers import card_metadata_of
 from ..version import VERSION
 from .arguments import CardArguments

@@ -8,9 +8,9 @@ from typing import Any
 
 from ..conversion.downstream import dataset_name
 from ..models.norm_options import NormOptions
-from ..models.norm_spec import CardText
-from ..models.norms import STOCK, norm_spec
-from ..models.version_guard import SUPPORTED_TRANSFORMERS
+from ..norms.build import STOCK, norm_spec
+from ..norms.spec import CardText
+from ..version_guard import SUPPORTED_TRANSFORMERS
 from .card_facts import STAGES, CardFacts, data_name, identical_outputs
 
 

@@ -17,8 +17,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..conversion.downstream import dataset_name
 from ..conversion.report import fine_tuning_rows
-from ..models.norms import norm_spec
-from ..models.version_guard import SUPPORTED_TRANSFORMERS
+from ..norms.build import norm_spec
+from ..version_guard import SUPPORTED_TRANSFORMERS
 from .arguments import CardArguments
 from .card_facts import (
     FIDELITY_METRICS,

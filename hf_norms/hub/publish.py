@@ -54,7 +54,7 @@ from ..conversion.checkpoint_io import check_weights
 from ..conversion.config_checks import check_model_fits, check_source_config
 from ..errors import CheckpointRefused, ConversionError, PushError
 from ..models.family_registry import MODEL_CLASSES, family_of
-from ..models.norm_registry import STOCK
+from ..norms.registry import STOCK
 from ..output_folders import MARKER_NAME
 from ..redaction import tokens_redacted
 from ..version import VERSION

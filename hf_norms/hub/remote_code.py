@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
-from ..models.checkpoint_code import checkpoint_code, code_file_names
+from ..models.checkpoint_code import checkpoint_code, code_file_names, family_modules
 from ..version import VERSION
 
 MODELS_FOLDER = Path(models.__file__).parent
@@ -33,7 +33,7 @@ PROCESSOR_MODULES = ("image_processing_norm",)
 def family_code(model_type: str, model_class: type | None = None) -> tuple[dict[str, str], set[str]]:
     """(the `auto_map` a checkpoint of `model_type` holds, with `model_class` under its own Auto class; the names of
     its two remote-code files)."""
-    module = importlib.import_module(f"hf_norms.models.modeling_{model_type}")
+    module = importlib.import_module(f"..{family_modules(model_type)[1]}", __package__)
     auto_map = dict(module.FAMILY_AUTO_MAP)
     if model_class is not None and model_class._auto_class:
         auto_map[model_class._auto_class] = f"{module.__name__.split('.')[-1]}.{model_class.__name__}"

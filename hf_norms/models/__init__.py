@@ -1,7 +1,7 @@
-"""The model set: configs, model classes and norm layers, copied flat next to every saved checkpoint.
-
-On `save_pretrained`, transformers copies the file that defines the saved class and every file it reaches by
-single-dot relative imports (`from .norms import build_norm`) next to the weights, so the checkpoint loads with
-`trust_remote_code=True` where hf_norms is not installed. Every file here therefore imports nothing outside this
-folder, and only by single-dot relative imports of sibling files. This `__init__` is not copied.
+"""The model families: one folder per family (`bert/`, `vit/`, ...) with its configuration and model classes, as
+transformers' `models/<name>/`, and what they share: the family registry (`family_registry.py`, one `FamilySpec` of
+`family_spec.py` per family), the norm options every family's config takes and validates (`norm_options.py`), the
+mixin and hooks every model class inherits (`modeling_norm_utils.py`, `norm_placement.py`), and the Auto and PEFT
+registration that `import hf_norms` runs. A saved checkpoint's two remote-code files are generated from the family's
+files and the norms they reach (`checkpoint_code.py`).
 """

@@ -37,9 +37,9 @@ from typing import Any
 import transformers
 from transformers.models.auto import configuration_auto, modeling_auto
 
+from ..norms.registry import STOCK, looks_like_a_norm_keyword
 from .family_registry import FAMILIES
 from .family_spec import FamilySpec
-from .norm_registry import STOCK, looks_like_a_norm_keyword
 
 # Model types users load beside hf-norms' families that take no norm options yet: with one, their Auto classes answer in
 # one line naming the families that do (`register_uncovered_routers`)

@@ -22,17 +22,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .norm_registry import NORM_TYPES, STOCK
+from ..norms.registry import NORM_TYPES, STOCK
 
-HERE = Path(__file__).parent
-REGISTRY = "norm_registry"
+PACKAGE = Path(__file__).parent.parent  # hf_norms/: modules are named below it (`norms.dyt`)
+REGISTRY = "norms.registry"
 # The package's modules the configuration file is made of, in order, before the family's configuration module; the
 # registry stands for the checkpoint's own entries (`registry_source`)
-CONFIGURATION_MODULES = ("version_guard", "norm_spec", REGISTRY, "norm_options")
+CONFIGURATION_MODULES = ("version_guard", "norms.spec", REGISTRY, "models.norm_options")
 # Modules that only the installed package runs: what uses them is marked `@package_only`
 PACKAGE_ONLY_MODULES = frozenset(
-    {"package_only", "checkpoint_code", "layernorm_loading", "held_notices", "transformers_internals"}
-)
+    {"package_only", "models.checkpoint_code", "models.layernorm_loading", "models.held_notices",
+     "models.transformers_internals"}
+)  # fmt: skip
 PACKAGE_ONLY = "package_only"
 # The `NormSpec` fields a checkpoint's remote code reads (the rest serve conversion, training and the cards)
 REMOTE_FIELDS = (
@@ -55,14 +56,25 @@ HEADER = (
 
 
 def family_modules(model_type: str) -> tuple[str, str]:
-    """The package modules of a family's configuration and model classes (`configuration_bert_norm`,
-    `modeling_bert_norm`): also the names of the checkpoint's two files. The one place that says where they live."""
-    return f"configuration_{model_type}", f"modeling_{model_type}"
+    """The package modules of a family's configuration and model classes (`models.bert.configuration_bert_norm`,
+    `models.bert.modeling_bert_norm` for `bert_norm`), whose last parts name the checkpoint's two files. The one place
+    that says where they live."""
+    folder = f"models.{model_type.removesuffix('_norm')}"
+    return f"{folder}.configuration_{model_type}", f"{folder}.modeling_{model_type}"
+
+
+def file_stem(module: str) -> str:
+    """The name, without `.py`, of the remote-code file made from `module` (`modeling_bert_norm`)."""
+    return module.rsplit(".", 1)[-1]
 
 
 def code_file_names(model_type: str) -> tuple[str, str]:
     """The names of the two remote-code files of a checkpoint of `model_type`."""
-    return tuple(f"{module}.py" for module in family_modules(model_type))
+    return tuple(f"{file_stem(module)}.py" for module in family_modules(model_type))
+
+
+def module_path(module: str) -> Path:
+    return PACKAGE / f"{module.replace('.', '/')}.py"
 
 
 def checkpoint_norm_types(config: Mapping[str, Any]) -> list[str]:
@@ -78,12 +90,19 @@ def checkpoint_norm_types(config: Mapping[str, Any]) -> list[str]:
 
 
 def parse(module: str) -> tuple[str, ast.Module]:
-    source = (HERE / f"{module}.py").read_text(encoding="utf-8")
+    source = module_path(module).read_text(encoding="utf-8")
     return source, ast.parse(source)
 
 
-def relative_imports(tree: ast.Module) -> list[str]:
-    return [node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level and node.module]
+def relative_imports(module: str, tree: ast.Module) -> list[str]:
+    """The modules (named below the package) that `module`'s top-level relative imports name: `from ..norms.dyt
+    import DynamicTanh` in `models.norm_placement` names `norms.dyt`."""
+    imported = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level and node.module:
+            package = module.split(".")[: -node.level]
+            imported.append(".".join([*package, node.module]))
+    return imported
 
 
 def ordered_closure(roots: Iterable[str], excluded: frozenset[str]) -> list[str]:
@@ -95,7 +114,7 @@ def ordered_closure(roots: Iterable[str], excluded: frozenset[str]) -> list[str]
         if module in order or module in excluded or module in visiting:
             return
         visiting.add(module)
-        for imported in relative_imports(parse(module)[1]):
+        for imported in relative_imports(module, parse(module)[1]):
             visit(imported)
         order.append(module)
 
@@ -222,7 +241,7 @@ def render(statements: list[Statement], needed: set[str]) -> str:
         definition = isinstance(statement.node, (ast.FunctionDef, ast.ClassDef))
         if statement.module != module:
             module = statement.module
-            lines += ["", "", f"# hf_norms/models/{module}.py"]
+            lines += ["", "", f"# hf_norms/{module.replace('.', '/')}.py"]
         elif definition or previous:
             lines += ["", ""]
         lines.append(statement.text)
@@ -231,7 +250,7 @@ def render(statements: list[Statement], needed: set[str]) -> str:
 
 
 def registry_source(norm_types: list[str], modeling_module: str) -> str:
-    """The registry of a checkpoint's remote code: its own `norm_types`' entries of `norm_registry.NORM_TYPES` with
+    """The registry of a checkpoint's remote code: its own `norm_types`' entries of `registry.NORM_TYPES` with
     the fields of `REMOTE_FIELDS` only (`layer_module` its modeling file, which defines the layers), what of the
     registry those fields name, `NORM_NAMES`, and an `unknown_norm_type` that says to load another norm with
     hf_norms."""
@@ -245,7 +264,7 @@ def registry_source(norm_types: list[str], modeling_module: str) -> str:
         fields = []
         for keyword in call.keywords:
             if keyword.arg == "layer_module":
-                fields.append(f"layer_module={modeling_module!r}")
+                fields.append(f"layer_module={file_stem(modeling_module)!r}")
             elif keyword.arg in REMOTE_FIELDS:
                 fields.append(f"{keyword.arg}={ast.unparse(keyword.value)}")
                 reads |= {node.id for node in ast.walk(keyword.value) if isinstance(node, ast.Name)}
@@ -271,11 +290,11 @@ def checkpoint_code(config: Mapping[str, Any]) -> dict[str, str]:
     modeling files; nothing for a model type that is no family's."""
     model_type = str(config.get("model_type"))
     configuration, modeling = family_modules(model_type)
-    if not (HERE / f"{modeling}.py").is_file() or "." in model_type or "/" in model_type:
+    if "." in model_type or "/" in model_type or not module_path(modeling).is_file():
         return {}
     norm_types = checkpoint_norm_types(config)
     specs = [NORM_TYPES[kind] for kind in norm_types]
-    layer_modules = [spec.layer_module for spec in specs]
+    layer_modules = [f"norms.{spec.layer_module}" for spec in specs]
     configuration_modules = (*CONFIGURATION_MODULES, configuration)
     modeling_modules = ordered_closure([*layer_modules, modeling], PACKAGE_ONLY_MODULES | set(configuration_modules))
     layer_classes = {name for spec in specs for name in (spec.layer_class, spec.position_norm_class) if name}
@@ -294,13 +313,13 @@ def checkpoint_code(config: Mapping[str, Any]) -> dict[str, str]:
     config_kept, config_reads = reachable(configuration_statements, config_names | set(imported))
     guard = [statement for statement in config_kept if statement.module == CONFIGURATION_MODULES[0]]
     rest = [statement for statement in config_kept if statement.module != CONFIGURATION_MODULES[0]]
-    import_line = f"from .{configuration} import {', '.join(imported)}  # runs the version guard first"
+    import_line = f"from .{file_stem(configuration)} import {', '.join(imported)}  # runs the version guard first"
     return {
-        f"{configuration}.py": header("The configuration", model_type, norm_types, configuration_modules)
+        f"{file_stem(configuration)}.py": header("The configuration", model_type, norm_types, configuration_modules)
         + render(guard, config_reads)  # before transformers is imported
         + "\n\n"
         + render(rest, config_reads),
-        f"{modeling}.py": header("The model classes", model_type, norm_types, modeling_modules)
+        f"{file_stem(modeling)}.py": header("The model classes", model_type, norm_types, modeling_modules)
         + f"{import_line}\n\n"
         + render(kept, modeling_reads),
     }

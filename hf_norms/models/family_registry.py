@@ -9,14 +9,14 @@ Importing it imports the families' configs; `MODEL_CLASSES`, their modeling code
 
 from __future__ import annotations
 
-from .configuration_bert_norm import BertNormConfig
-from .configuration_clip_vision_norm import CLIPVisionNormConfig
-from .configuration_deit_norm import DeiTNormConfig
-from .configuration_dinov2_norm import Dinov2NormConfig
-from .configuration_roberta_norm import RobertaNormConfig
-from .configuration_vit_norm import ViTNormConfig
-from .configuration_xlm_roberta_norm import XLMRobertaNormConfig
+from .bert.configuration_bert_norm import BertNormConfig
+from .clip_vision.configuration_clip_vision_norm import CLIPVisionNormConfig
+from .deit.configuration_deit_norm import DeiTNormConfig
+from .dinov2.configuration_dinov2_norm import Dinov2NormConfig
 from .family_spec import FamilySpec, FoldLayout, ResidualWrites
+from .roberta.configuration_roberta_norm import RobertaNormConfig
+from .vit.configuration_vit_norm import ViTNormConfig
+from .xlm_roberta.configuration_xlm_roberta_norm import XLMRobertaNormConfig
 
 # ViT and DeiT: what their layers call their norms and the Linears that read them
 VIT_FOLDING = dict(

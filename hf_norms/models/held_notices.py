@@ -3,7 +3,7 @@ the matchers of those records: the notice that a stock config is read as an hf-n
 a model's load report (`load_report_of`).
 
 Imports only the standard library, so a config class costs no modeling code (`import transformers.modeling_utils`,
-seconds). Copied next to saved checkpoints for `trust_remote_code`.
+seconds). Package-only: a checkpoint's remote code leaves it out.
 """
 
 from __future__ import annotations

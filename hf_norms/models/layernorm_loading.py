@@ -10,13 +10,12 @@ announces (one row per layer: 13 rows for a ViT). `held_notices.held_back` keeps
 loading; the caller logs the rest of the report (any other missing, unexpected or mismatched keys) and one line of its
 own.
 
-Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms` except by single-dot
-relative imports of flat files.
+Package-only: a checkpoint's remote code leaves it out (`checkpoint_code.PACKAGE_ONLY_MODULES`).
 """
 
 from __future__ import annotations
 
-from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+from ..version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
@@ -28,7 +27,7 @@ from torch import nn
 from transformers import modeling_utils
 from transformers.utils import logging as transformers_logging
 
-from .norms import function_preserving_options, norm_spec, preserves_layernorm_function
+from ..norms.build import function_preserving_options, norm_spec, preserves_layernorm_function
 from .transformers_internals import LoadStateDictInfo, log_state_dict_report
 
 logger = transformers_logging.get_logger(__name__)

@@ -8,7 +8,7 @@ classes are transformers' remote-code classes, which load the checkpoint as save
 
 from __future__ import annotations
 
-from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+from ..version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
@@ -22,14 +22,14 @@ from transformers.conversion_mapping import (
     register_checkpoint_conversion_mapping,
 )
 
+from ..norms.build import build_position_norm, init_norm_parameters
+from ..norms.registry import STOCK, looks_like_a_norm_keyword, norm_keyword_problem
+from ..package_only import package_only
 from .checkpoint_code import write_checkpoint_code
 from .held_notices import held_back, load_report_of
 from .layernorm_loading import layernorm_loading_options, replace_load_notices
 from .norm_options import NORM_OPTION_NAMES
 from .norm_placement import FamilyLayout, place_norms
-from .norm_registry import STOCK, looks_like_a_norm_keyword, norm_keyword_problem
-from .norms import build_position_norm, init_norm_parameters
-from .package_only import package_only
 
 # `from_pretrained` keywords that say where and how to read the checkpoint's config
 HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
@@ -66,7 +66,7 @@ class NormPreTrainedMixin:
     - `post_init`, which every stock `__init__` calls last, first replaces the stock LayerNorms with the config's norms
       (`norm_placement.place_norms`, with the family's `family_layout`).
 
-    - `initialize_weights` also initialises the norms of `norms.py` (DyT alpha, DTN gates and position projection, SepNorm's
+    - `initialize_weights` also initialises the norms of `norms/` (DyT alpha, DTN gates and position projection, SepNorm's
       prefix norm, LaPE's `pe_norm`), so parameters a stock checkpoint lacks get their documented values.
     - `from_pretrained(path, norm_type=...)` of a LayerNorm checkpoint goes through `from_layernorm_checkpoint`, which
       keeps its function wherever the mathematics allows (the Auto classes call it for stock checkpoints).

@@ -1,5 +1,5 @@
 """The config fields every hf-norms config shares: which norm (`norm_type`, `layer_norm_types`) and every registered
-norm's options, one field per `Option` of `norm_registry.NORM_TYPES`.
+norm's options, one field per `Option` of `norms.registry.NORM_TYPES`.
 
 Mixed into `ViTNormConfig`, `DeiTNormConfig`, `Dinov2NormConfig` and `BertNormConfig`; `validate_norm_options` runs
 through the `@strict` validation of transformers configs, at construction and before saving. Part of a checkpoint's
@@ -8,7 +8,7 @@ configuration file (`checkpoint_code`), with the options of its own norms only, 
 
 from __future__ import annotations
 
-from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+from ..version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
@@ -19,10 +19,10 @@ from typing import ClassVar
 
 from transformers import configuration_utils
 
+from ..norms.registry import NORM_TYPES, STOCK, unknown_norm_type
+from ..norms.spec import FLOAT_MAX
+from ..package_only import package_only
 from .held_notices import held_back, model_type_notice
-from .norm_registry import NORM_TYPES, STOCK, unknown_norm_type
-from .norm_spec import FLOAT_MAX
-from .package_only import package_only
 
 OPTIONS = [option for spec in NORM_TYPES.values() for option in spec.options]
 # Config choices transformers keeps out of `to_dict()` (`from_dict` takes each as a keyword)

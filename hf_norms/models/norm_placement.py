@@ -11,12 +11,12 @@ checkpoints load either way). What a norm needs beyond its input tensor is hande
   stock embeddings compute them, and each layer's normalised copy is added to that layer's attention input by a
   forward pre-hook on the module that reads it (BERT: `attention.self`; ViT, DeiT, DINOv2: `attention`).
 
-Copied next to a saved checkpoint for `trust_remote_code`, so it imports nothing from `hf_norms`.
+A checkpoint's remote code is generated from this file (`models/checkpoint_code.py`).
 """
 
 from __future__ import annotations
 
-from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+from ..version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .norm_lape import lape_position_embeddings
-from .norms import FIRST_LAYER, LAST_LAYER, adds_input_position_embeddings, build_norm, build_position_norm
-from .runtime import is_traced
-from .token_layout import TokenLayout, sequence_prefix_mask
+from ..norms.build import FIRST_LAYER, LAST_LAYER, adds_input_position_embeddings, build_norm, build_position_norm
+from ..norms.lape import lape_position_embeddings
+from ..norms.runtime import is_traced
+from ..norms.token_layout import TokenLayout, sequence_prefix_mask
 
 
 @dataclass(frozen=True)

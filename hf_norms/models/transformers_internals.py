@@ -7,10 +7,10 @@ release.
 - `remove_tied_weights_from_state_dict`: what `save_pretrained` leaves out of a state dict, for the sharded
   conversion, which writes shards itself (`hf_norms.conversion.sharded`).
 
-Copied next to saved checkpoints for `trust_remote_code`, so it imports nothing from `hf_norms`.
+Package-only: a checkpoint's remote code leaves it out, so it never imports transformers' private modules.
 """
 
-from .version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
+from ..version_guard import SUPPORTED_TRANSFORMERS  # noqa: F401
 
 # isort: split
 

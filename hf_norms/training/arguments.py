@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ..cli_parsing import did_you_mean
 from ..conversion.arguments import looks_like_a_path
 from ..errors import FinetuneInputError
-from ..models.norm_registry import NORM_NAMES, unknown_norm_type
+from ..norms.registry import NORM_NAMES, unknown_norm_type
 
 Task = Literal["image-classification", "text-classification", "masked-lm"]
 ONE_MODEL = "Give exactly one of model_name_or_path (fine-tune a checkpoint) and model_type (train from scratch)."

@@ -72,7 +72,7 @@ from ..hub.publish import pushed_line
 from ..models.family_registry import FAMILIES, family_of
 from ..models.family_spec import FamilySpec
 from ..models.image_processing_norm import GrayscaleImageProcessor
-from ..models.norms import norm_spec
+from ..norms.build import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
 from ..readers import read_json_object
 from ..redaction import redacted_output, tokens_redacted

@@ -34,7 +34,7 @@ from ..conversion.convert import convert_model
 from ..errors import FinetuneInputError
 from ..models.family_registry import FAMILIES, MODEL_CLASSES, family_of
 from ..models.family_spec import FamilySpec
-from ..models.norms import NORM_TYPES, STOCK, fine_tuning_config, function_preserving_options
+from ..norms.build import NORM_TYPES, STOCK, fine_tuning_config, function_preserving_options
 from .arguments import ModelArguments
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from ..hub.card_facts import REPORT_NAME, source_lineage
 from ..hub.model_card import model_card_for_folder
 from ..hub.publish import push_to_hub
 from ..hub.upload_files import refuse_token_leaks, trainer_upload_files
-from ..models.norms import NORM_TYPES
+from ..norms.build import NORM_TYPES
 from ..output_folders import copy_checkpoint_files
 
 logger = logging.getLogger(__name__)

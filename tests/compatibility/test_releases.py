@@ -22,7 +22,7 @@ from conftest import NORM_TYPES, run_without_hf_norms, tiny_config
 from transformers import Trainer, TrainingArguments
 
 import hf_norms
-from hf_norms.models.norms import function_preserving_options
+from hf_norms.norms.build import function_preserving_options
 
 FAMILIES = {"vit": "ViTNormModel", "deit": "DeiTNormModel", "dinov2": "Dinov2NormModel", "bert": "BertNormModel"}
 EXCHANGE = os.environ.get("HF_NORMS_RELEASE_EXCHANGE")

@@ -8,7 +8,7 @@ import torch
 from transformers import CLIPVisionConfig, CLIPVisionModel
 
 from hf_norms.conversion.convert import convert
-from hf_norms.models.modeling_clip_vision_norm import CLIPVisionNormModel
+from hf_norms.models.clip_vision.modeling_clip_vision_norm import CLIPVisionNormModel
 
 SIZE = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,
             patch_size=2)  # fmt: skip

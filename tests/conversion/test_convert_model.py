@@ -12,7 +12,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertModel
 
 import hf_norms
 from hf_norms.conversion.checkpoint_io import ConversionError
-from hf_norms.models.norms import function_preserving_options
+from hf_norms.norms.build import function_preserving_options
 
 
 def outputs(model, inputs) -> torch.Tensor:

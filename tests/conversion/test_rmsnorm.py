@@ -15,7 +15,7 @@ import hf_norms
 from hf_norms import cli
 from hf_norms.conversion.convert import convert_model
 from hf_norms.hub.card_facts import EXACT_TOLERANCE
-from hf_norms.models.norm_rmsnorm import RMSNorm
+from hf_norms.norms.rmsnorm import RMSNorm
 
 
 def test_the_layer_is_the_papers_formula_and_layernorm_on_mean_free_input():

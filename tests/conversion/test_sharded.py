@@ -20,7 +20,7 @@ from hf_norms.conversion.checkpoint_io import ConversionError, check_weights, re
 from hf_norms.conversion.convert import check_finite_weights, convert, convert_model, save_checkpoint
 from hf_norms.conversion.sharded import MappedWeights, pages_dropped_after_use
 from hf_norms.conversion.sources import inspect_source, load_teacher
-from hf_norms.models.norm_registry import STOCK
+from hf_norms.norms.registry import STOCK
 
 EXACT_OR_STOCK = [*EXACT_TYPES, STOCK]
 SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_labels=3)

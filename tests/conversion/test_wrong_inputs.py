@@ -379,7 +379,7 @@ def test_option_values_and_layer_ranges_beyond_the_model_are_one_line_at_once(ca
 def test_a_norm_option_beyond_the_models_dtype_is_refused_by_the_config(tiny_bert_dir, tmp_path, capsys):
     """The config bounds each float option by its own dtype (a float16 model's weights hold at most 65504), in Python
     and through `finetune --config_overrides`."""
-    from hf_norms.models.configuration_bert_norm import BertNormConfig
+    from hf_norms.models.bert.configuration_bert_norm import BertNormConfig
 
     assert BertNormConfig(norm_type="dyt", dyt_alpha_init=6e4, dtype="float16").dyt_alpha_init == 6e4
     with pytest.raises(StrictDataclassError, match=re.escape("dyt_alpha_init=70000.0 does not fit a float16 weight")):

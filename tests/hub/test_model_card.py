@@ -23,8 +23,8 @@ from hf_norms import packaged
 from hf_norms.hub.card_facts import REPORT_NAME, head_of
 from hf_norms.hub.model_card import model_card_for_folder
 from hf_norms.hub.publish import CheckpointRefused
-from hf_norms.models.version_guard import OVERRIDE_VARIABLE, SUPPORTED_TRANSFORMERS, check_transformers_version
 from hf_norms.training.trainer import NormCardTrainerMixin
+from hf_norms.version_guard import OVERRIDE_VARIABLE, SUPPORTED_TRANSFORMERS, check_transformers_version
 
 PAPERS = {name: spec.paper for name, spec in hf_norms.NORM_TYPES.items() if spec.paper}
 

@@ -28,7 +28,7 @@ from hf_norms.demo import BLOCK_HF_NORMS
 from hf_norms.hub.card_facts import REPORT_NAME
 from hf_norms.hub.publish import push_to_hub
 from hf_norms.hub.server import HubServer
-from hf_norms.models.version_guard import NEWEST_TESTED_TRANSFORMERS, OLDEST_TRANSFORMERS
+from hf_norms.version_guard import NEWEST_TESTED_TRANSFORMERS, OLDEST_TRANSFORMERS
 
 TOKEN = "hf_publish-test-secret-4711"
 

@@ -28,7 +28,7 @@ from hf_norms.hub.server import HubServer
 from hf_norms.models.checkpoint_code import checkpoint_code
 
 TOKEN = "hf_norm-code-test-secret-4711"
-MODELS = Path(hf_norms.__file__).parent / "models"
+NORMS = Path(hf_norms.__file__).parent / "norms"  # the flat files of an older save held these layers
 # A ViT checkpoint's remote code: its configuration and modeling files, generated for its norm (before: 18 files, the
 # family's code, the registry and DyT's files; 24 before that)
 VIT_DYT_FILES = {"configuration_vit_norm.py", "modeling_vit_norm.py"}
@@ -65,8 +65,8 @@ def test_a_dyt_checkpoint_publishes_no_other_norms_file_and_loads_by_id_without_
     """Flat files of an older save in the folder stay local; the download fetches the two published files, each
     once, and computes the local model's logits exactly."""
     folder = copy_of(dyt_checkpoint, tmp_path)
-    for stray in ("norm_dtn.py", "norm_dyt.py", "norms.py"):
-        shutil.copyfile(MODELS / stray, folder / stray)
+    for stray, source in {"norm_dtn.py": "dtn.py", "norm_dyt.py": "dyt.py", "norms.py": "build.py"}.items():
+        shutil.copyfile(NORMS / source, folder / stray)
     push_to_hub(folder, "org/vit-dyt", endpoint=hub.url, token=TOKEN)
     assert {name for name in api.list_repo_files("org/vit-dyt") if name.endswith(".py")} == VIT_DYT_FILES
 

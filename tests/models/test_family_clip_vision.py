@@ -17,12 +17,12 @@ from transformers import CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithP
 import hf_norms
 from hf_norms.conversion.convert import convert_model
 from hf_norms.models import family_registry
-from hf_norms.models.family_spec import ResidualWrites
-from hf_norms.models.modeling_clip_vision_norm import (
+from hf_norms.models.clip_vision.modeling_clip_vision_norm import (
     CLIPVisionNormConfig,
     CLIPVisionNormModel,
     CLIPVisionNormModelWithProjection,
 )
+from hf_norms.models.family_spec import ResidualWrites
 
 HEADS = [(CLIPVisionModel, CLIPVisionNormModel), (CLIPVisionModelWithProjection, CLIPVisionNormModelWithProjection)]
 SIZE = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=30,

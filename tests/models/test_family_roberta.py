@@ -15,7 +15,7 @@ from text_families import HEAD_SUFFIXES, ROBERTA, XLM_ROBERTA, head_overrides, l
 
 from hf_norms.models.auto_registration import stock_head
 from hf_norms.models.family_registry import FAMILIES, MODEL_CLASSES, family_of
-from hf_norms.models.norm_registry import NORM_TYPES
+from hf_norms.norms.registry import NORM_TYPES
 
 TEXT_FAMILIES = [ROBERTA, XLM_ROBERTA]
 EXACT_LOADS = {"layernorm": 0.0, "sepnorm": 1e-5, "dtn": 1e-5, "lape": 1e-5}  # norm_type: max abs diff to stock

@@ -19,8 +19,8 @@ from conftest import EXACT_TYPES, NORM_TYPES, tiny_config
 
 from hf_norms.models.family_registry import FAMILIES
 from hf_norms.models.norm_options import NormOptions
-from hf_norms.models.norm_sepnorm import SeparateNorm
-from hf_norms.models.token_layout import TokenLayout, sequence_prefix_mask
+from hf_norms.norms.sepnorm import SeparateNorm
+from hf_norms.norms.token_layout import TokenLayout, sequence_prefix_mask
 
 NORM_FIELDS = set(NormOptions.__dataclass_fields__)
 TOLERANCE = 1e-5

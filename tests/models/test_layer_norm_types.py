@@ -8,9 +8,9 @@ import torch
 from conftest import HEAD_CASES, head_config, primary_output, run_without_hf_norms, tiny_config
 
 from hf_norms import BertNormForMaskedLM, ViTNormModel
-from hf_norms.models.norm_dyt import DynamicTanh
-from hf_norms.models.norm_layernorm import LayerNorm
-from hf_norms.models.norms import norm_type_at
+from hf_norms.norms.build import norm_type_at
+from hf_norms.norms.dyt import DynamicTanh
+from hf_norms.norms.layernorm import LayerNorm
 
 
 def norm_classes(model) -> dict[str, str]:

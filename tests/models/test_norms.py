@@ -9,7 +9,7 @@ from conftest import tiny_config
 
 import hf_norms
 from hf_norms import DynamicTanh, DynamicTokenNorm, PositionEmbeddingNorm, SeparateNorm, TokenLayout
-from hf_norms.models.norms import build_norm
+from hf_norms.norms.build import build_norm
 
 torch.set_default_dtype(torch.float32)
 
@@ -188,7 +188,7 @@ def test_dtn_gates_at_one_still_learn_and_stay_in_range():
 
 
 def test_dtn_mixing_rows_sum_to_one_and_ignore_padding():
-    from hf_norms.models.norm_dtn_formula import mixing_matrices
+    from hf_norms.norms.dtn import mixing_matrices
 
     layer = random_dtn()
     mask = torch.tensor([[True] * 7 + [False] * 3])

@@ -73,23 +73,25 @@ def test_a_checkpoint_saved_before_the_move_loads_and_computes_the_same(case, tm
     assert (output - expected).abs().max().item() <= 1e-5  # recorded to 7 decimals
 
 
-def test_the_model_set_imports_nothing_outside_it():
+def test_the_norms_and_the_models_import_nothing_outside_them():
+    """The norms and the model families (what a checkpoint's remote code is generated from) import no other subsystem,
+    and hf_norms only by relative imports; the norms import nothing of the models."""
     code = (
-        "import sys, hf_norms.models.norms, hf_norms.models.modeling_bert_norm, hf_norms.models.modeling_deit_norm\n"
+        "import sys, hf_norms.norms.build, hf_norms.models.bert.modeling_bert_norm, "
+        "hf_norms.models.deit.modeling_deit_norm\n"
         "print(sorted(m for m in sys.modules if m.startswith('hf_norms')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = json.loads(result.stdout.strip().replace("'", '"'))
     assert not [m for m in loaded if m.startswith(("hf_norms.conversion", "hf_norms.training", "hf_norms.hub"))]
-    for path in (PACKAGE / "models").glob("*.py"):
-        if path.name in ("__init__.py", "auto_registration.py", "family_registry.py"):  # none is in remote code
-            continue
+    for path in [*(PACKAGE / "norms").rglob("*.py"), *(PACKAGE / "models").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                assert node.level == 1 and node.module, f"{path.name}: remote code is made of `from .sibling import x`"
             if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and not node.level):
                 names = [node.module] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
                 assert not any(name.split(".")[0] == "hf_norms" for name in names), path.name
+    for module, targets in GRAPH.items():
+        if module.startswith("hf_norms.norms"):
+            assert not [target for target in targets if target.startswith("hf_norms.models")], module
 
 
 def module_name(path: Path) -> str:
@@ -146,7 +148,18 @@ def test_no_module_imports_in_a_cycle():
 # The subsystems, lowest first: a module imports only its own subsystem's modules and those of lower ones (`hub.server`
 # only its own and the base's).
 LAYERS = [
-    {"errors", "version", "readers", "redaction", "cli_parsing", "output_folders", "packaged"},
+    {
+        "errors",
+        "version",
+        "version_guard",
+        "package_only",
+        "readers",
+        "redaction",
+        "cli_parsing",
+        "output_folders",
+        "packaged",
+    },
+    {"norms"},
     {"models"},
     {"conversion"},
     {"hub"},
@@ -162,7 +175,7 @@ def layer(module: str) -> int:
 
 
 def test_dependencies_run_one_way():
-    """models <- conversion <- hub <- training <- demo <- cli; the loopback Hub server imports nothing of conversion,
+    """norms <- models <- conversion <- hub <- training <- demo <- cli; the loopback Hub server imports nothing of conversion,
     training or the rest of hub."""
     for module, targets in GRAPH.items():
         for target in targets:
@@ -173,10 +186,10 @@ def test_dependencies_run_one_way():
 
 def test_the_public_names_are_their_subsystems_objects():
     from hf_norms.conversion import convert
-    from hf_norms.models import norm_rmsnorm, norms
+    from hf_norms.norms import build, rmsnorm
 
-    assert hf_norms.convert is convert.convert and hf_norms.NORM_TYPES is norms.NORM_TYPES
-    assert hf_norms.RMSNorm is norm_rmsnorm.RMSNorm  # a registered norm's layer class, by its name
+    assert hf_norms.convert is convert.convert and hf_norms.NORM_TYPES is build.NORM_TYPES
+    assert hf_norms.RMSNorm is rmsnorm.RMSNorm  # a registered norm's layer class, by its name
     with pytest.raises(AttributeError, match="has no attribute 'RMSNorn'"):
         hf_norms.RMSNorn  # noqa: B018
     assert "importlib" not in dir(hf_norms) and "ViTNormModel" in dir(hf_norms)
@@ -186,7 +199,7 @@ def test_the_public_names_are_their_subsystems_objects():
 # `layernorm`, and the norms the demo chooses to show.
 NOT_NORM_TYPES = {
     ("conversion/folding.py", "layernorm"): "the final norm's attribute name",
-    ("models/norm_sepnorm.py", "layernorm"): "a value of `sepnorm_prefix_norm`",
+    ("norms/sepnorm.py", "layernorm"): "a value of `sepnorm_prefix_norm`",
     ("demo.py", "sepnorm"): "the demo's choice",
     ("models/family_registry.py", "layernorm"): "the name of ViT's final norm module",
     ("demo.py", "dyt"): "the demo's choice",
@@ -200,7 +213,7 @@ def family_files() -> set[str]:
     from hf_norms.models.family_registry import FAMILIES
 
     own = {
-        f"models/{module.split('.')[-1]}.py"
+        module.removeprefix("hf_norms.").replace(".", "/") + ".py"
         for family in FAMILIES.values()
         for module in (family.config_class.__module__, family.modeling_module.__name__)
     }
@@ -240,8 +253,8 @@ def literals_outside(names: set[str], allowed_files: set[str], allowed: dict | N
 
 
 def test_no_norm_name_is_written_outside_the_registry():
-    """A norm_type is named only in `models/norm_registry.py` (docstrings aside): everything else reads the registry,
+    """A norm_type is named only in `norms/registry.py` (docstrings aside): everything else reads the registry,
     so a norm is added by its layer file and one entry."""
-    from hf_norms.models.norm_registry import NORM_NAMES
+    from hf_norms.norms.registry import NORM_NAMES
 
-    assert literals_outside(set(NORM_NAMES), {"models/norm_registry.py"}, NOT_NORM_TYPES) == []
+    assert literals_outside(set(NORM_NAMES), {"norms/registry.py"}, NOT_NORM_TYPES) == []

@@ -160,7 +160,7 @@ def test_the_dynamo_onnx_exporter_takes_each_dtn_as_one_operator_and_translates_
     """Under `torch.onnx.export(model, dynamo=True)` every DTN is one `hf_norms::dynamic_token_norm` node of the traced
     program (DINOv2: prefix tokens and a 2-D grid; BERT: one row of dynamic length with padding), and the ONNX graph
     holds only standard operators (onnxruntime runs it: `exported`, above, checks its values)."""
-    from hf_norms.models.norm_dtn_export import OPERATOR_NAME
+    from hf_norms.norms.dtn import OPERATOR_NAME
 
     dtn = case(family, "dtn")
     onnx_program = runtimes.dynamo_onnx_program(dtn)
@@ -171,12 +171,12 @@ def test_the_dynamo_onnx_exporter_takes_each_dtn_as_one_operator_and_translates_
     assert not onnx_program.model_proto.functions
 
 
-def test_a_second_copy_of_the_dtn_export_module_takes_its_own_operator_name():
+def test_a_second_copy_of_the_dtn_module_takes_its_own_operator_name():
     """An installed hf-norms and a checkpoint's remote code each register the operator; neither replaces the other."""
-    from hf_norms.models import norm_dtn_export
+    from hf_norms.norms import dtn
 
-    assert norm_dtn_export.OPERATOR_NAME == "hf_norms::dynamic_token_norm"
-    assert norm_dtn_export.free_operator_name() == "hf_norms::dynamic_token_norm_1"
+    assert dtn.OPERATOR_NAME == "hf_norms::dynamic_token_norm"
+    assert dtn.free_operator_name() == "hf_norms::dynamic_token_norm_1"
 
 
 def onnx_constant_nodes(norm_type: str, num_hidden_layers: int) -> int:

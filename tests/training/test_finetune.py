@@ -27,7 +27,7 @@ from transformers import (
 )
 
 import hf_norms
-from hf_norms.models.norms import DynamicTanh
+from hf_norms.norms.build import DynamicTanh
 from hf_norms.training.data import FinetuneInputError
 from hf_norms.training.finetune import DataArguments, ModelArguments, finetune
 from hf_norms.training.metrics import METRICS_DIR, load_metric
