@@ -3,9 +3,10 @@
     python -m benchmarks.files_crossed [--norm-type dyt] [--family vit]
 
 Saves a tiny stock checkpoint of the family (the stock class, random weights) into a temporary folder, then records,
-with `sys.setprofile`, every hf_norms function called while `AutoModel.from_pretrained(folder, norm_type=...)` runs
-(`import hf_norms` and transformers' own imports happen before). Prints the files, the calls in each, and the calls of
-the registry's lookups (`norm_spec`, `NormSpec` methods). Run it on two checkouts (`PYTHONPATH=<checkout>`) to compare
+with `sys.setprofile`, every hf_norms function called while `AutoModel.from_pretrained(folder, norm_type=...)` runs,
+the code of the modules it imports included (`import hf_norms` happens before). Prints the files, the calls in each, and the calls of
+how often the config was validated (`validate_norm_options`) and the registry asked for a norm by name
+(`norm_spec`). Run it on two checkouts (`PYTHONPATH=<checkout>`) to compare
 a layout before and after.
 """
 
@@ -21,12 +22,21 @@ import transformers
 
 import hf_norms
 
-STOCK_CONFIGS = {
-    "vit": lambda: transformers.ViTConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, image_size=16, patch_size=4
+STOCK_MODELS = {
+    "vit": lambda: transformers.ViTModel(
+        transformers.ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=37,
+            image_size=16,
+            patch_size=4,
+        )
     ),
-    "bert": lambda: transformers.BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=99
+    "bert": lambda: transformers.BertModel(
+        transformers.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=99
+        )
     ),
 }
 
@@ -49,26 +59,30 @@ def crossed(folder: str, norm_type: str) -> collections.Counter:
     return calls
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--norm-type", default="dyt")
-    parser.add_argument("--family", choices=sorted(STOCK_CONFIGS), default="vit")
-    args = parser.parse_args()
+    parser.add_argument("--family", choices=sorted(STOCK_MODELS), default="vit")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        transformers.AutoModel.from_config(STOCK_CONFIGS[args.family]()).save_pretrained(folder)
+        STOCK_MODELS[args.family]().save_pretrained(folder)  # the stock class itself: no hf_norms model is imported
         calls = crossed(folder, args.norm_type)
     files = collections.Counter()
     for (path, _), count in calls.items():
         files[path] += count
-    registry = sum(count for (path, name), count in calls.items() if name == "norm_spec" or "spec" in Path(path).stem)
+    validations = sum(count for (_, name), count in calls.items() if name == "validate_norm_options")
+    lookups = sum(count for (_, name), count in calls.items() if name == "norm_spec")
     print(
         f"AutoModel.from_pretrained(<stock {args.family}>, norm_type={args.norm_type!r}) with hf-norms {hf_norms.VERSION}"
     )
     for path, count in sorted(files.items()):
         print(f"  {path}: {count} calls")
-    print(
-        f"{len(files)} hf_norms files, {sum(files.values())} calls; registry lookups (norm_spec, NormSpec): {registry}"
-    )
+    print(f"{len(files)} hf_norms files, {sum(files.values())} calls")
+    print(f"config validations (validate_norm_options): {validations}; registry lookups by name (norm_spec): {lookups}")
 
 
 if __name__ == "__main__":

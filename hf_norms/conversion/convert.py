@@ -193,22 +193,23 @@ def convert_with(
     merged, exact = norm_options(norm_type, options, source.family)
     merged.update(layer_plan(norm_type, model.config.num_hidden_layers, arguments.keep_layernorm,
                              arguments.target_cosine, exact, options))  # fmt: skip
-    check_calibration_data(norm_type, source.family, arguments.calibration_data)
+    config = student_config(model, source, norm_type, merged)  # the gate: what follows asks the config
+    check_calibration_data(config.norm_spec, source.family, arguments.calibration_data)
     check_foldable(source.family, arguments.fold)
-    centered = norm_spec(norm_type).centres(source.family)
+    centered = config.norm_spec.centres(source.family)
     if share_weights and (arguments.fold or centered or not exact):
         raise ConversionError(
             "share_weights=True needs an exact conversion that edits no weight: without fold, and not one that centres "
             "the residual stream."
         )
     check_finite_weights(model, source.architecture)
-    calibrated = norm_spec(norm_type) if needs_calibration(norm_spec(norm_type), source.family) else None
+    calibrated = config.norm_spec if needs_calibration(config.norm_spec, source.family) else None
     teacher = model if next(model.parameters()).dtype == torch.float32 else copy.deepcopy(model).float()
     training = teacher.training
     stage("reading and encoding the evaluation and calibration data")
     data = ConversionData.load(teacher.config, source.modality, processor, arguments, max_length)
     stage(f"building the {norm_type} model")
-    student = build_student(teacher, source, norm_type, merged, share_weights=share_weights)
+    student = build_student(teacher, source, config, share_weights=share_weights)
     if centered:  # exact once the residual stream is free of its mean (`residual_stream`)
         center_residual_stream(student)
     norm_names = norms_in_forward_order(teacher, data.evaluation_batches[0])
@@ -239,10 +240,10 @@ def conversion_stages(norm_type: str, family: FamilySpec, arguments: ConversionO
     return 3 + 2 * calibrated + (arguments.target_cosine is not None)
 
 
-def check_calibration_data(norm_type: str, family: FamilySpec, calibration_data: Any) -> None:
-    if needs_calibration(norm_spec(norm_type), family) and calibration_data is None:
+def check_calibration_data(spec: NormSpec, family: FamilySpec, calibration_data: Any) -> None:
+    if needs_calibration(spec, family) and calibration_data is None:
         raise ConversionError(
-            f"{norm_type!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
+            f"{spec.name!r} cannot reproduce LayerNorm without calibration: give calibration data (--calibration-data: "
             "a .txt, .csv, .json/.jsonl or .parquet file, a folder of images, or a saved datasets folder)."
         )
 
@@ -257,7 +258,10 @@ def choose_layernorm_layers(
         raise ConversionError("--target-cosine measures on the calibration data: give --calibration-data.")
 
     def build(types: list[str] | None) -> nn.Module:
-        return build_student(teacher, source, student.config.norm_type, {**options, "layer_norm_types": types})
+        options_with_types = {**options, "layer_norm_types": types}
+        return build_student(
+            teacher, source, student_config(teacher, source, student.config.norm_type, options_with_types)
+        )
 
     batches = {"calibration": data.calibration_batches, "evaluation": data.evaluation_batches}
     chosen, sweep = sweep_layernorm_layers(student, teacher, norm_names, build, batches, target_cosine)
@@ -271,21 +275,28 @@ def own_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().clone() for name, tensor in state_dict.items()}
 
 
-def build_student(
-    teacher: nn.Module, source: SourceModel, norm_type: str, options: dict[str, Any], share_weights: bool = False
-) -> nn.Module:
-    """The teacher's weights in the hf-norms class with `norm_type`, copied (or, with `share_weights`, its very
-    tensors); only the parameters the norm adds may be missing (they get their documented initial values, e.g.
-    SepNorm's prefix norm a copy of the loaded LayerNorm)."""
-    model_class = MODEL_CLASSES[source.norm_architecture]
+def student_config(teacher: nn.Module, source: SourceModel, norm_type: str, options: dict[str, Any]) -> NormOptions:
+    """The converted model's config: the teacher's, with `norm_type` and the norm `options`, validated by the config
+    (the one gate of the norm options; what follows asks the config, `config.norm_spec`). An option that does not fit
+    this model is a `ConversionError` of one line."""
+    config_class = MODEL_CLASSES[source.norm_architecture].config_class
     try:
-        config = model_class.config_class.from_dict(
+        return config_class.from_dict(
             {**teacher.config.to_dict(), "architectures": [source.norm_architecture], "norm_type": norm_type, **options}
         )
-    except (ValueError, StrictDataclassError) as error:  # config validation: an option that does not fit this model
+    except (ValueError, StrictDataclassError) as error:
         raise ConversionError(
             f"norm_type={norm_type!r} with options {options} does not fit {source.architecture}: {one_line(error)}"
         ) from None
+
+
+def build_student(
+    teacher: nn.Module, source: SourceModel, config: NormOptions, share_weights: bool = False
+) -> nn.Module:
+    """The teacher's weights in the hf-norms class of `config` (`student_config`), copied (or, with `share_weights`,
+    its very tensors); only the parameters the norm adds may be missing (they get their documented initial values,
+    e.g. SepNorm's prefix norm a copy of the loaded LayerNorm)."""
+    model_class = MODEL_CLASSES[source.norm_architecture]
     torch.manual_seed(0)
     with quiet_transformers():
         student, info = model_class.from_pretrained(

@@ -34,7 +34,7 @@ from torch import nn
 from ..errors import ConversionError
 from ..models.family_registry import family_of
 from ..models.family_spec import FamilySpec
-from ..norms.build import norm_spec, spec_of_module
+from ..norms.build import spec_of_module
 from .data import run_model
 
 
@@ -86,7 +86,7 @@ def _has(module: nn.Module, name: str) -> bool:
 def fold_norms(model: nn.Module) -> FoldResult:
     """Fold the affine of every foldable norm of a pre-LN `model` into its reader Linears, in place."""
     result = FoldResult()
-    position_norms = norm_spec(model.config.norm_type).position_norms
+    position_norms = model.config.norm_spec.position_norms
     targets = fold_targets(model)  # refuses a post-LN family first
     attention_norm = family_of(model.config.model_type).folding.attention_norm
     for norm_name, linear_names in targets.items():

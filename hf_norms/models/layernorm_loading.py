@@ -27,7 +27,7 @@ from torch import nn
 from transformers import modeling_utils
 from transformers.utils import logging as transformers_logging
 
-from ..norms.build import function_preserving_options, norm_spec, preserves_layernorm_function
+from ..norms.build import function_preserving_options, preserves_layernorm_function
 from .transformers_internals import LoadStateDictInfo, log_state_dict_report
 
 logger = transformers_logging.get_logger(__name__)
@@ -60,7 +60,7 @@ def layernorm_loading_options(norm_type: str, explicit: Iterable[str]) -> dict[s
 
 def added_keys(model: nn.Module, missing_keys: Iterable[str]) -> dict[str, set[str]]:
     """The missing keys that are parameters `model.config.norm_type` adds to LayerNorm's, by the module holding them."""
-    added = norm_spec(model.config.norm_type).added_parameters
+    added = model.config.norm_spec.added_parameters
     by_owner: dict[str, set[str]] = {}
     for key in missing_keys:
         suffix = next((suffix for suffix in added if key.endswith(suffix)), None)
@@ -74,7 +74,7 @@ def set_on_purpose(model: nn.Module, missing_keys: Iterable[str]) -> tuple[dict[
     parameters a function-preserving load sets to keep the function, or those of a norm that cannot keep it (DyT,
     Derf: at their initial values, as `NOT_PRESERVING_WARNING` said); none when the config could keep the function but
     does not (SepNorm with a BatchNorm prefix norm, whose fresh statistics transformers' report names)."""
-    spec = norm_spec(model.config.norm_type)
+    spec = model.config.norm_spec
     by_owner = added_keys(model, missing_keys)
     if preserves_layernorm_function(model.config):
         return by_owner, spec.preserving_note.format(count=len(by_owner))

@@ -144,9 +144,9 @@ class NormPreTrainedMixin:
         return self.base_model.get_submodule(self.family_layout.layers)
 
     def post_init(self) -> None:
-        """Validate the config (options given to `from_pretrained(path, option=value)` are set on a config that was
-        already validated, so a value out of range would otherwise go unnoticed), put the norms in place, then the
-        stock `post_init` (weight initialisation, tying, ...)."""
+        """Ask the config to validate itself again (a field set by hand after it was made, `config.norm_type = ...`,
+        is checked by nothing else), put the norms in place, then the stock `post_init` (weight initialisation,
+        tying, ...)."""
         self.config.validate()
         place_norms(self, self.family_layout)
         super().post_init()

@@ -1,8 +1,10 @@
 """The config fields every hf-norms config shares: which norm (`norm_type`, `layer_norm_types`) and every registered
 norm's options, one field per `Option` of `norms.registry.NORM_TYPES`.
 
-Mixed into `ViTNormConfig`, `DeiTNormConfig`, `Dinov2NormConfig` and `BertNormConfig`; `validate_norm_options` runs
-through the `@strict` validation of transformers configs, at construction and before saving. Part of a checkpoint's
+Mixed into every family's config. The config is the one gate of the norm options: `validate_norm_options` runs through
+the `@strict` validation of transformers configs, at construction (with the options that `from_pretrained(path,
+norm_type=...)` is given: `from_dict`) and before saving; what comes after (models, conversion, training, cards) asks
+the validated config for its norm (`norm_spec`, `norm_spec_at`). Part of a checkpoint's
 configuration file (`checkpoint_code`), with the options of its own norms only, less what is `@package_only`.
 """
 
@@ -20,7 +22,7 @@ from typing import ClassVar
 from transformers import configuration_utils
 
 from ..norms.registry import NORM_TYPES, STOCK, unknown_norm_type
-from ..norms.spec import FLOAT_MAX
+from ..norms.spec import FLOAT_MAX, NormSpec
 from ..package_only import package_only
 from .held_notices import held_back, model_type_notice
 
@@ -100,6 +102,26 @@ class NormOptions(NormOptionFields):
         return cls.from_dict({**config.to_dict(), **options}, **{k: v for k, v in runtime.items() if v is not None})
 
     @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        """`PreTrainedConfig.from_dict`, with the norm options among `kwargs` (`from_pretrained(path, norm_type="dyt")`)
+        given to the constructor, which validates them with the rest, instead of set on the config after its
+        validation (transformers' way with other keywords)."""
+        options = {name: kwargs.pop(name) for name in list(kwargs) if name in NORM_OPTION_NAMES}
+        return super().from_dict({**config_dict, **options}, **kwargs)
+
+    @property
+    def norm_spec(self) -> NormSpec:
+        """The registry entry of `norm_type`, which validating this config checked: what conversion, training and the
+        cards ask of a config, instead of the registry. (Remote code builds layers from its modeling file's own
+        registry, by `norm_type_at`: a config class loaded as remote code may sit in a module folder of its own.)"""
+        return NORM_TYPES[self.norm_type]
+
+    def norm_type_at(self, layer_index: int) -> str:
+        """The norm_type of encoder layer `layer_index` (negative indices count from the last layer), validated:
+        `layer_norm_types[layer_index]` where the config chooses a norm per layer, else `norm_type`."""
+        return self.layer_norm_types[layer_index] if self.layer_norm_types else self.norm_type
+
+    @classmethod
     @package_only
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         """`PreTrainedConfig.from_pretrained`, without transformers' notice that a checkpoint of the stock model type
@@ -110,8 +132,7 @@ class NormOptions(NormOptionFields):
 
     def validate_norm_options(self) -> None:
         """Every size positive, eps positive, `norm_type` registered and the options of the norms in use passing their
-        checks; runs before
-        any tensor is allocated. What the stock config accepts (a hidden size the heads do not divide, which the stock
+        checks; runs before any tensor is allocated. What the stock config accepts (a hidden size the heads do not divide, which the stock
         attention refuses when built; any positive eps) is accepted here too."""
         for name in SIZES:
             if getattr(self, name, 1) is not None and not getattr(self, name, 1) > 0:  # DINOv2 has mlp_ratio instead
@@ -133,13 +154,13 @@ class NormOptions(NormOptionFields):
                 f"chunk_size_feed_forward runs the norm after the feed-forward on chunks of tokens, but "
                 f"norm_type={chunked[0]!r} needs the whole sequence at once: leave chunk_size_feed_forward at 0."
             )
-        if not NORM_TYPES[self.norm_type].per_token and getattr(self, "is_decoder", False):
+        if not self.norm_spec.per_token and getattr(self, "is_decoder", False):
             raise ValueError(
                 f"norm_type={self.norm_type!r} mixes statistics across all tokens, so a causal decoder "
                 "(is_decoder=True) would see future tokens; use is_decoder=False or another norm_type."
             )
-        self.validate_layer_norm_types()
-        self.validate_architectures()
+        self.check_layer_norm_types()
+        self.check_architectures()
 
     def float_problem(self, option) -> str | None:
         """Why float `option`'s value does not fit a weight of this config's dtype (float32 unless it names a 16-bit
@@ -157,7 +178,7 @@ class NormOptions(NormOptionFields):
         problem = option.check(option.name, stored, self) if option.check else None
         return f"{option.name}={value!r} does not fit a {dtype} weight: {problem}" if problem else None
 
-    def validate_architectures(self) -> None:
+    def check_architectures(self) -> None:
         """`architectures`, the classes that saved the weights, are not another hf-norms family's: BERT weights whose
         config.json was edited to say `roberta_norm` load without a missing weight but compute something else
         (RoBERTa's positions start after the padding index)."""
@@ -173,7 +194,7 @@ class NormOptions(NormOptionFields):
                 "class of another hf-norms family: set model_type back to that family's to load them."
             )
 
-    def validate_layer_norm_types(self) -> None:
+    def check_layer_norm_types(self) -> None:
         """`layer_norm_types`: None, or one entry per encoder layer, each `norm_type` or `layernorm` (not with norm
         types that add position norms)."""
         if self.layer_norm_types is None:
@@ -183,10 +204,10 @@ class NormOptions(NormOptionFields):
                 f"layer_norm_types must list one norm type per encoder layer ({self.num_hidden_layers}), "
                 f"got {self.layer_norm_types!r}."
             )
-        if NORM_TYPES[self.norm_type].position_norms:
+        if self.norm_spec.position_norms:
             raise ValueError(
                 f"layer_norm_types cannot be used with norm_type={self.norm_type!r}: "
-                f"{NORM_TYPES[self.norm_type].short_name}'s position norms span all layers."
+                f"{self.norm_spec.short_name}'s position norms span all layers."
             )
         allowed = {self.norm_type, STOCK}
         wrong = sorted({str(kind) for kind in self.layer_norm_types} - allowed)

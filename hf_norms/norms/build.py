@@ -36,7 +36,6 @@ __all__ = [
     "function_preserving_options",
     "init_norm_parameters",
     "norm_spec",
-    "norm_type_at",
     "preserves_layernorm_function",
     "spec_of_module",
 ]
@@ -81,7 +80,7 @@ def function_preserving_options(norm_type: str, explicit: Iterable[str] = ()) ->
 def preserves_layernorm_function(config) -> bool:
     """Whether a LayerNorm checkpoint loaded with `config` computes its function: `config.norm_type` has
     `preserving_options` and the config holds each of their values."""
-    preserving = norm_spec(config.norm_type).preserving_options
+    preserving = config.norm_spec.preserving_options
     return preserving is not None and all(getattr(config, name) == value for name, value in preserving.items())
 
 
@@ -100,13 +99,6 @@ def fine_tuning_config(config) -> tuple[dict[str, Any], list[NormSpec]]:
     return chosen, specs
 
 
-def norm_type_at(config, layer_index: int) -> str:
-    """The norm_type of encoder layer `layer_index` (negative indices count from the last layer):
-    `config.layer_norm_types[layer_index]` when the config chooses a norm per layer, else `config.norm_type`."""
-    per_layer = getattr(config, "layer_norm_types", None)
-    return per_layer[layer_index] if per_layer else config.norm_type
-
-
 def build_norm(
     config,
     num_prefix_tokens: int,
@@ -115,13 +107,13 @@ def build_norm(
     one_dimensional: bool = False,
     per_token: bool = False,
 ) -> nn.Module:
-    """The norm that encoder layer `layer_index`'s norm_type (`norm_type_at`) puts where the stock model has a
+    """The norm that encoder layer `layer_index`'s norm_type (`config.norm_type_at`) puts where the stock model has a
     LayerNorm of size `config.hidden_size`; norms outside the layers pass `FIRST_LAYER` or `LAST_LAYER`.
 
     `per_token=True` asks for a norm that needs no `TokenLayout` (a task head's norm): norm types that mix tokens
     (DTN) give a LayerNorm there, as the official DTN keeps LayerNorm outside the token grid.
     """
-    spec = norm_spec(norm_type_at(config, layer_index))
+    spec = NORM_TYPES[config.norm_type_at(layer_index)]
     if per_token and not spec.per_token:
         spec = NORM_TYPES[STOCK]
     return spec.layer().from_config(config, config.hidden_size, num_prefix_tokens, one_dimensional)
@@ -129,7 +121,7 @@ def build_norm(
 
 def build_position_norm(config) -> nn.Module | None:
     """LaPE's `pe_norm` for one layer, or None when `config.norm_type` has no position norms."""
-    spec = norm_spec(config.norm_type)
+    spec = NORM_TYPES[config.norm_type]
     if not spec.position_norms:
         return None
     return spec.position_norm()(config.hidden_size, eps=1e-6, zero_init=config.lape_keep_input_pe)
@@ -137,7 +129,7 @@ def build_position_norm(config) -> nn.Module | None:
 
 def adds_input_position_embeddings(config) -> bool:
     """Whether the embeddings add the position embeddings to the input sum (LaPE may move them into the layers)."""
-    return norm_spec(config.norm_type).keeps_input_position_embeddings(config)
+    return config.norm_spec.keeps_input_position_embeddings(config)
 
 
 def init_norm_parameters(module: nn.Module) -> None:

@@ -72,7 +72,6 @@ from ..hub.publish import pushed_line
 from ..models.family_registry import FAMILIES, family_of
 from ..models.family_spec import FamilySpec
 from ..models.image_processing_norm import GrayscaleImageProcessor
-from ..norms.build import norm_spec
 from ..output_folders import ClaimedFolder, claim_folder
 from ..readers import read_json_object
 from ..redaction import redacted_output, tokens_redacted
@@ -356,7 +355,7 @@ def finetune(
     set_seed(training_args.seed)
     config = build_config(model_args, family, label_names)
     processing_class, transform, collator = prepare_inputs(task, model_args, data_args, config, parts)
-    if norm_spec(config.norm_type).uses_batch_statistics(config):
+    if config.norm_spec.uses_batch_statistics(config):
         if not training_args.dataloader_drop_last:
             check_batch_norm_batches(
                 len(parts["train"]),

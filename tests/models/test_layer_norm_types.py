@@ -8,7 +8,6 @@ import torch
 from conftest import HEAD_CASES, head_config, primary_output, run_without_hf_norms, tiny_config
 
 from hf_norms import BertNormForMaskedLM, ViTNormModel
-from hf_norms.norms.build import norm_type_at
 from hf_norms.norms.dyt import DynamicTanh
 from hf_norms.norms.layernorm import LayerNorm
 
@@ -61,8 +60,8 @@ def test_the_norms_after_the_encoder_follow_the_last_layer_and_bert_embeddings_t
     model = BertNormForMaskedLM(tiny_config("bert", "dyt", layer_norm_types=["layernorm", "dyt"]))
     assert isinstance(model.bert.embeddings.LayerNorm, LayerNorm)
     assert isinstance(model.cls.predictions.transform.LayerNorm, DynamicTanh)
-    assert norm_type_at(model.config, 0) == "layernorm" and norm_type_at(model.config, -1) == "dyt"
-    assert norm_type_at(tiny_config("bert", "dtn"), 1) == "dtn"  # no per-layer choice: norm_type everywhere
+    assert model.config.norm_type_at(0) == "layernorm" and model.config.norm_type_at(-1) == "dyt"
+    assert tiny_config("bert", "dtn").norm_type_at(1) == "dtn"  # no per-layer choice: norm_type everywhere
 
 
 @pytest.mark.parametrize(
