@@ -78,12 +78,6 @@ def text_token_forms(token: str) -> tuple[str, ...]:
     return tuple(form.decode() for form in token_forms(token) if form.isascii() and b"\0" not in form)
 
 
-def text_holds_token(text: str, token_needles: tuple[bytes, ...]) -> bool:
-    """Whether a form of the token occurs in `text` (read as UTF-8, and as UTF-16/32 would hold it)."""
-    data = text.encode("utf-8", "surrogateescape")
-    return any(needle in data for needle in token_needles)
-
-
 def redact(text: str, tokens: str | Iterable[str | None] | None = None) -> str:
     """`text` with each text form of `tokens` (default: the tokens of the open `tokens_redacted` blocks), and anything
     shaped like a Hub token, replaced by `<token>`."""

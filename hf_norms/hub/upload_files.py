@@ -34,7 +34,7 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 from ..conversion.sources import sentence_transformers_files
 from ..errors import CheckpointRefused
 from ..readers import JSON_LIMIT
-from ..redaction import redact, text_holds_token, token_forms
+from ..redaction import redact, token_forms
 from .arguments import CardArguments
 from .card_facts import REPORT_NAME, TRAINER_RESULT_NAMES, TRAINER_STATE_NAME, without_local_paths
 from .content_checks import TOKEN_REASON, holds_token, scan_file, secret_patterns, text_secret
@@ -387,22 +387,6 @@ def check_names(files: Sequence[str]) -> None:
         )
 
 
-def refuse_token_leaks(folder: Path, files: Sequence[str], token: str | None) -> None:
-    """Raise CheckpointRefused when a form of `token` occurs in the path or bytes of one of `files`, whatever their
-    content (what the stock Trainer would upload)."""
-    check_token_length(token)
-    needles = token_forms(token) if token else ()
-    leaks = [name for name in files if text_holds_token(name, needles) or file_holds_token(folder / name, needles)]
-    refuse_leaks(leaks, token)
-
-
-def file_holds_token(path: Path, needles: tuple[bytes, ...]) -> bool:
-    """Whether a form of the token occurs in the bytes of `path` or in what they unpack to (all its bytes searched
-    as they are when it cannot be read in full)."""
-    findings = scan_file(path, needles)
-    return findings.holds_token or (findings.unread is not None and holds_token(path, needles))
-
-
 def refuse_leaks(leaks: list[str], token: str | None) -> None:
     if leaks:
         raise CheckpointRefused(
@@ -413,13 +397,3 @@ def refuse_leaks(leaks: list[str], token: str | None) -> None:
                 token,
             )
         )
-
-
-def trainer_upload_files(output_dir: Path) -> list[str]:
-    """The files `Trainer.push_to_hub` uploads from its output folder (all but `_*` and `checkpoint-*`)."""
-    files = []
-    for path in sorted(output_dir.rglob("*")):
-        relative = path.relative_to(output_dir).as_posix()
-        if path.is_file() and not any(fnmatch.fnmatch(relative, p) for p in ("_*", "checkpoint-*", "*/checkpoint-*")):
-            files.append(relative)
-    return files

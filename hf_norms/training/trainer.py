@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import ModelCard, get_token
+from huggingface_hub import ModelCard
 from huggingface_hub import constants as hub_constants
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -32,7 +32,6 @@ from transformers.utils import logging as transformers_logging
 from ..hub.card_facts import REPORT_NAME, source_lineage
 from ..hub.model_card import model_card_for_folder
 from ..hub.publish import push_to_hub
-from ..hub.upload_files import refuse_token_leaks, trainer_upload_files
 from ..norms.build import NORM_TYPES
 from ..output_folders import copy_checkpoint_files
 
@@ -130,8 +129,7 @@ class NormCardTrainerMixin:
     - Nothing is pushed before that: making the Trainer with `push_to_hub=True` creates no repo (`init_hf_repo` only
       names it), saving a checkpoint pushes nothing whatever `hub_strategy` says (those pushes publish an unfinished
       model, and `checkpoint`/`all_checkpoints` pickled optimizer states), and neither does `save_model()`.
-    - `create_model_card` writes the same card, and refuses (before anything is uploaded) when a file the stock
-      Trainer's upload would take contains the Hub token, which `training_args.bin` does with `hub_token` set.
+    - `create_model_card` writes the same card and uploads nothing: what a push publishes is checked by the push.
     """
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
@@ -183,11 +181,7 @@ class NormCardTrainerMixin:
     def create_model_card(self, **card_arguments: Any) -> None:
         """Write the hf-norms card to the output folder's README.md; `card_arguments` are `Trainer.create_model_card`'s
         (`language`, `license`, `tags`, `model_name`, `finetuned_from`, `dataset_tags`, `dataset`)."""
-        card = create_trainer_model_card(self, **card_arguments)
-        if card is not None:
-            output_dir = Path(self.args.output_dir)
-            token = self.args.hub_token or get_token()
-            refuse_token_leaks(output_dir, trainer_upload_files(output_dir), token)
+        create_trainer_model_card(self, **card_arguments)
 
 
 class NormTrainer(NormCardTrainerMixin, Trainer):
