@@ -6,18 +6,19 @@
    would refuse and a card option the Hub would refuse (`PushArguments`, when it is made), a repo id that
    huggingface_hub would refuse (`validate_repo_id`), a token shorter than 8 characters, which no leak check could
    protect;
-1. refuses a folder that is not a loadable hf-norms checkpoint: config, safetensors weights that load without missing
-   or unexpected keys, the family's full `auto_map` and every remote-code file it reaches, a tokenizer or image
-   processor that loads;
-2. picks the files to upload (`hf_norms.hub.upload_files`): what a checkpoint is made of (its sentence-transformers
-   files only where they describe it: a bare model, not a head, `card_facts.sentence_transformers_model`), plus what
-   `include` adds, less what `exclude` removes; everything else is listed as not uploaded. The folder's own
-   README.md is replaced by the card; a symbolic link is uploaded only if it leads to a file inside the folder, and
-   refuses the push otherwise;
-3. copies those files, and those the card is made of, into a private snapshot (`upload_files.Snapshot`: regular
-   files only, opened without following links, each read once); everything after reads the snapshot, never the
-   folder. `conversion_report.json` and `trainer_state.json`, which record local absolute paths (the source, the
-   data, the best checkpoint), are published as copies with each such path cut to its last component;
+1. picks the files to upload (`hf_norms.hub.upload_files`) by the folder's config.json (an hf-norms model's, else
+   refused): what a checkpoint is made of (its sentence-transformers files only where they describe it: a bare
+   model, not a head, `card_facts.sentence_transformers_model`), plus what `include` adds, less what `exclude`
+   removes; everything else is listed as not uploaded. The folder's own README.md is replaced by the card; a
+   symbolic link is uploaded only if it leads to a file inside the folder, and refuses the push otherwise;
+2. copies those files, the rest of the checkpoint and the files the card is made of into a private snapshot
+   (`upload_files.Snapshot`: regular files only, opened without following links, each read once); everything after
+   reads the snapshot, never the folder. `conversion_report.json` and `trainer_state.json`, which record local
+   absolute paths (the source, the data, the best checkpoint), are published as copies with each such path cut to
+   its last component;
+3. refuses a snapshot that is not a loadable hf-norms checkpoint (`check_snapshot`): config, safetensors weights
+   that load without missing or unexpected keys, the family's full `auto_map` and every remote-code file it
+   reaches, a tokenizer or image processor that loads. The bytes loaded are the bytes uploaded;
 4. refuses code that is not hf-norms' own (`hf_norms.hub.remote_code`: a `.py` file that differs from the package's,
    an `auto_map` in any config, a custom pipeline or a sentence-transformers module naming other code), unless
    `allow_custom_code`, which the card then states;
@@ -70,11 +71,11 @@ from .model_card import render_model_card
 from .remote_code import custom_code, family_code, processor_code
 from .server.card_rules import card_problems
 from .upload_files import (
+    CARD_INPUTS,
     CARD_NAME,
     PROCESSOR_FILES,
     TOKENIZER_FILES,
     Snapshot,
-    check_processor_sizes,
     check_token_length,
     excluded,
     screen_files,
@@ -90,10 +91,8 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, Any], list[str]]:
-    """Raise CheckpointRefused unless `folder` is an hf-norms checkpoint that loads, with a tokenizer or image processor
-    unless `processor` is false (a model pushed from Python, as transformers pushes it, without one); returns its
-    config.json and its remote-code files."""
+def checkpoint_config(folder: Path) -> dict[str, Any]:
+    """The config.json of `folder`, refused (CheckpointRefused) unless it is an hf-norms model's."""
     check_folder(folder)
     if not (folder / "config.json").is_file():
         raise CheckpointRefused(
@@ -103,12 +102,20 @@ def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, An
         config = read_json(folder / "config.json")
     except (OSError, ValueError) as err:
         raise CheckpointRefused(f"{folder / 'config.json'} is not valid JSON ({err}); save the model again.") from err
-    model_type = config.get("model_type")
+    model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type not in NORM_MODEL_TYPES:
         raise CheckpointRefused(
             f"{folder} holds a {model_type!r} model, not an hf-norms one ({', '.join(NORM_MODEL_TYPES)}); convert it first "
             "(`hf-norms convert`)."
         )
+    return config
+
+
+def check_checkpoint(folder: Path, processor: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """Raise CheckpointRefused unless `folder` (a push's snapshot) is an hf-norms checkpoint that loads, with a
+    tokenizer or image processor unless `processor` is false (a model pushed from Python, as transformers pushes it,
+    without one); returns its config.json and its remote-code files."""
+    config = checkpoint_config(folder)
     if not ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()):
         raise CheckpointRefused(
             f"{folder} has no safetensors weights (model.safetensors); save them with `model.save_pretrained(folder)`, "
@@ -193,7 +200,6 @@ def check_preprocessor(folder: Path, required: bool = True) -> None:
     `required`, which only warns), and load."""
     from transformers import AutoImageProcessor, AutoTokenizer
 
-    check_processor_sizes(folder)
     if any((folder / name).is_file() for name in PROCESSOR_FILES):
         loader = AutoImageProcessor
     elif any((folder / name).is_file() for name in TOKENIZER_FILES):
@@ -334,13 +340,11 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
         if not a.dry_run:
             check_hub_access(resolve_endpoint(a.endpoint), token)
         folder = Path(a.folder).resolve()
-        config, code_files = check_checkpoint(folder, processor)
-        architecture = config["architectures"][0]
-        head = None if sentence_transformers_model(folder, architecture) else architecture
-        files, left_out = select_upload_files(folder, code_files, [*(a.include or []), *(a.include_skipped or [])],
-                                              a.exclude, with_head=head)  # fmt: skip
         with_card = not excluded(CARD_NAME, a.exclude)
-        with Snapshot(folder, files, card=with_card) as snapshot:
+        files, checkpoint_files, left_out = files_to_copy(a, folder)
+        read_also = [*checkpoint_files, *(CARD_INPUTS if with_card else ())]
+        with Snapshot(folder, files, read_also) as snapshot:
+            config = check_snapshot(snapshot, folder, processor)
             if with_card:
                 snapshot.write(CARD_NAME, render_card(a, snapshot, check_custom_code(a, snapshot, files)))
             message = a.commit_message or (
@@ -359,6 +363,30 @@ def publish(arguments: PushArguments, processor: bool = True) -> CommitInfo | li
             if a.dry_run:
                 return sorted(kept)
             return upload(a, folder, snapshot, kept, message, token)
+
+
+def files_to_copy(a: PushArguments, folder: Path) -> tuple[list[str], list[str], dict[str, str]]:
+    """(the files to publish, those the checkpoint is made of, {file left out: why}), chosen by the folder's config
+    (its family's remote-code files, whether its sentence-transformers files describe it) and the include and exclude
+    patterns. Only names are chosen here: whether those files make a checkpoint is checked on their copy
+    (`check_snapshot`)."""
+    config = checkpoint_config(folder)
+    architecture = (config.get("architectures") or [""])[0]
+    code = family_code(config["model_type"])[1] | processor_code(folder)
+    head = None if sentence_transformers_model(folder, architecture) else architecture
+    checkpoint_files = select_upload_files(folder, code, with_head=head)[0]
+    include = [*(a.include or []), *(a.include_skipped or [])]
+    files, left_out = select_upload_files(folder, code, include, a.exclude, with_head=head)
+    return files, checkpoint_files, left_out
+
+
+def check_snapshot(snapshot: Snapshot, folder: Path, processor: bool) -> dict[str, Any]:
+    """`check_checkpoint` on the snapshot's copy of the folder, so the bytes loaded are the bytes uploaded (a file
+    swapped in the folder meanwhile is neither); a refusal names the user's folder. Returns the copy's config.json."""
+    try:
+        return check_checkpoint(snapshot.source, processor)[0]
+    except CheckpointRefused as err:
+        raise CheckpointRefused(str(err).replace(str(snapshot.source), str(folder))) from None
 
 
 def check_custom_code(a: PushArguments, snapshot: Snapshot, files: list[str]) -> list[str]:

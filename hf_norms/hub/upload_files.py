@@ -164,19 +164,20 @@ class Snapshot:
     """A private folder (`tempfile.mkdtemp`: mode 0700, this push's own) holding what a push reads and publishes, so
     that what is checked is what is uploaded, whatever happens to the checkpoint folder meanwhile:
 
-    - `source`: a copy of the files of the folder to publish and of those the card is made of (`CARD_INPUTS`), each a
-      regular file opened without following a symbolic link at any step of its path (`O_NOFOLLOW`; a link chosen for
-      upload is read as the file inside the folder it leads to), read once;
-    - `published`: the files the commit adds: those of `source` (hard links), the path-bearing JSON files without
+    - `source`: a copy of `files`, the files of the folder to publish, and of those of `read_also` that are regular
+      files (what the checkpoint and its card are made of: the load checks and the card read them), each a regular
+      file opened without following a symbolic link at any step of its path (`O_NOFOLLOW`; a link chosen for upload
+      is read as the file inside the folder it leads to), read once;
+    - `published`: the files the commit adds: those of `files` (hard links), the path-bearing JSON files without
       their local paths (`without_local_paths`), and the rendered card (`write`).
 
     As a context manager, it is removed on leaving the block, after an error too."""
 
-    def __init__(self, folder: Path, files: Sequence[str], card: bool) -> None:
+    def __init__(self, folder: Path, files: Sequence[str], read_also: Iterable[str] = ()) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="hf-norms-publish-"))
         self.source, self.published = self.root / "source", self.root / "published"
         try:
-            copy_files(folder, self.source, files, [name for name in CARD_INPUTS if card and name not in files])
+            copy_files(folder, self.source, files, sorted(set(read_also) - set(files)))
             for name in files:
                 (self.published / name).parent.mkdir(parents=True, exist_ok=True)
                 if name in PATH_BEARING_FILES:  # a copy without the local folders it names (the user's home, ...)
@@ -208,32 +209,43 @@ class Snapshot:
 def copy_files(folder: Path, target: Path, names: Sequence[str], optional: Sequence[str]) -> None:
     """Copy each of `names` (a link among them: the file inside `folder` it leads to) and each of `optional` that is
     a regular file from `folder` to `target`; CheckpointRefused when one of `names` changed since it was chosen (is
-    now a link, a special file, or gone)."""
+    now a link, a special file, or gone), or when a tokenizer or processor file is larger than `JSON_LIMIT` (64 MiB,
+    the bound every command reads such files with: it is refused from its size, not copied)."""
     directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        for name in names:
+        for name, required in [*((name, True) for name in names), *((name, False) for name in optional)]:
             path = folder / name
+            limit = JSON_LIMIT if name in (*TOKENIZER_FILES, *PROCESSOR_FILES) else None
             try:
-                copy_file(directory, link_target(folder, path) if path.is_symlink() else name, target / name)
-            except OSError:
+                copy_file(directory, link_target(folder, path) if path.is_symlink() else name, target / name, limit)
+            except FileTooLarge as err:
                 raise CheckpointRefused(
-                    f"{name} in {folder} changed while it was being published (it is now a symbolic link, a special "
-                    "file or gone); hf-norms publishes only files it copied and checked. Push again once nothing "
-                    "writes to the folder. Nothing was uploaded."
+                    f"{path} is larger than {JSON_LIMIT >> 20} MiB ({err.size:,} bytes), more than a tokenizer or "
+                    "processor file holds; save the tokenizer or processor again (`save_pretrained(folder)`). "
+                    "Nothing was created or uploaded."
                 ) from None
-        for name in optional:
-            try:
-                copy_file(directory, name, target / name)
-            except OSError:  # none, or no regular file: the card is made without it
-                continue
+            except OSError:  # of `optional`: none, or no regular file; the checks and the card read the copy without it
+                if required:
+                    raise CheckpointRefused(
+                        f"{name} in {folder} changed while it was being published (it is now a symbolic link, a "
+                        "special file or gone); hf-norms publishes only files it copied and checked. Push again once "
+                        "nothing writes to the folder. Nothing was uploaded."
+                    ) from None
     finally:
         os.close(directory)
 
 
-def copy_file(directory: int, relative: str, target: Path) -> None:
+class FileTooLarge(ValueError):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def copy_file(directory: int, relative: str, target: Path, limit: int | None = None) -> None:
     """Copy the regular file `relative` of the folder open as `directory` to `target`, opening each part of its path
     without following a symbolic link; OSError when one is a link, is missing or is no regular file (a FIFO never
-    blocks: it is opened non-blocking and refused by its type)."""
+    blocks: it is opened non-blocking and refused by its type); FileTooLarge when it holds more than `limit` bytes
+    (by its size, or while it is read, should it grow)."""
     *parents, name = relative.split("/")
     opened = [directory]
     try:
@@ -246,11 +258,20 @@ def copy_file(directory: int, relative: str, target: Path) -> None:
         for descriptor_of_folder in opened[1:]:
             os.close(descriptor_of_folder)
     with open(descriptor, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+        status = os.fstat(stream.fileno())
+        if not stat.S_ISREG(status.st_mode):
             raise OSError(f"{relative} is no regular file")
+        if limit is not None and status.st_size > limit:
+            raise FileTooLarge(status.st_size)
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "xb") as copy:
-            shutil.copyfileobj(stream, copy, 1 << 22)
+            if limit is None:
+                shutil.copyfileobj(stream, copy, 1 << 22)
+                return
+            data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise FileTooLarge(len(data))
+            copy.write(data)
 
 
 def without_local_paths_in(path: Path) -> bytes:
@@ -360,19 +381,6 @@ def stating_unread(card: CardArguments, names: Sequence[str] | None) -> CardArgu
             "(--include-skipped): what hf-norms could not read was not checked for secrets.",
         ]
     return card
-
-
-def check_processor_sizes(folder: Path) -> None:
-    """Refuse, before it is loaded, a tokenizer or processor file larger than `JSON_LIMIT` (64 MiB, the bound every
-    command reads such files with)."""
-    for name in (*TOKENIZER_FILES, *PROCESSOR_FILES):
-        size = (folder / name).stat().st_size if (folder / name).is_file() else 0
-        if size > JSON_LIMIT:
-            raise CheckpointRefused(
-                f"{folder / name} is larger than {JSON_LIMIT >> 20} MiB ({size:,} bytes), more than a tokenizer or "
-                "processor file holds; save the tokenizer or processor again (`save_pretrained(folder)`). Nothing was "
-                "created or uploaded."
-            )
 
 
 def check_names(files: Sequence[str]) -> None:

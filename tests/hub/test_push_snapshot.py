@@ -13,8 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub import hf_hub_download
+from safetensors.torch import save_file
 
+from hf_norms.hub import publish
 from hf_norms.hub.publish import CheckpointRefused, push_to_hub
 
 TOKEN = "hf_push-snapshot-secret-2718"
@@ -119,3 +122,21 @@ def test_the_snapshot_is_removed_after_a_push_and_after_a_refusal(folder, hub, m
     with pytest.raises(CheckpointRefused):
         push_to_hub(folder, "org/snapshot-removed", endpoint=hub.url, token=TOKEN)
     assert [path.name for path in scratch.iterdir() if path.name.startswith("hf-norms-publish-")] == []
+
+
+def test_weights_swapped_before_the_copy_are_load_checked_as_copied(folder, hub, api, monkeypatch):
+    """The load checks read the snapshot, not the folder: weights replaced after the files are chosen and before they
+    are copied (by another model's, which would not load) refuse the push, naming the user's folder; they were
+    published unchecked when the checks read the folder before the copy."""
+    choose = publish.select_upload_files
+
+    def choose_then_swap(*args, **kwargs):
+        chosen = choose(*args, **kwargs)
+        save_file({"foreign.weight": torch.zeros(3)}, str(folder / "model.safetensors"))
+        return chosen
+
+    monkeypatch.setattr(publish, "select_upload_files", choose_then_swap)
+    with pytest.raises(CheckpointRefused, match="does not belong to these weights") as refused:
+        push_to_hub(folder, "org/swapped-before-copy", endpoint=hub.url, token=TOKEN)
+    assert str(folder) in str(refused.value) and "hf-norms-publish-" not in str(refused.value)
+    assert not api.repo_exists("org/swapped-before-copy")
