@@ -13,7 +13,7 @@ num_labels=...)` for a checkpoint folder (a stock head, the checkpoint's own con
 `...NormFor...Classification.from_pretrained(source, norm_type=T, num_labels=...)` with default options (which keep a
 LayerNorm checkpoint's function for DTN, SepNorm and LaPE); and for DyT and Derf named by norm_type, which cannot keep
 it, `hf_norms.convert_model` of the LayerNorm model calibrated on 64 training examples (16 more held out to measure
-it). Training: `Trainer` with its default optimiser (AdamW, linear decay), batch 16; no hf-norms Trainer subclass.
+it) and healed with its default budget on those 64. Training: `Trainer` with its default optimiser (AdamW, linear decay), batch 16; no hf-norms Trainer subclass.
 Protocols (`PROTOCOLS`): `short`, issue 20's (2 epochs, lr 5e-5), and `converged` (2 epochs, lr 2e-4, where
 LayerNorm's accuracy stops rising). Per seed, the head's initialisation (`torch.manual_seed` before loading) and the
 data order (`TrainingArguments.seed`) are the same for every model.
@@ -24,12 +24,13 @@ data order (`TrainingArguments.seed`) are the same for every model.
     python -m benchmarks.finetune_from_stock --task dinov2-small --norm-types layernorm FOLDER_DYT FOLDER_DERF
     python -m benchmarks.finetune_from_stock --summarize results-a.json results-b.json   # one table from saved runs
     python -m benchmarks.finetune_from_stock --smoke               # a few examples, to check it runs
-    python -m benchmarks.finetune_from_stock --norm-types layernorm --cli-heal-cpu-minutes 6 15 --seeds 0 1 2
+    python -m benchmarks.finetune_from_stock --norm-types layernorm --cli-heal-steps 300 --seeds 0 1 2
 
-`--cli-heal-cpu-minutes M ...` adds the checkpoints a new user gets from the command line with every default (MiniLM
-only): `hf-norms convert` of all-MiniLM-L6-v2 to `--cli-norm-type` on 256 training articles, then `hf-norms heal` on
-1000 others for M CPU minutes, both drawn from the training split by `--cli-data-seed` (no recipe draws them so; the
-test articles are never read), built once under `--work` and fine-tuned as they are written (their own config).
+`--cli-heal-steps N ...` adds the checkpoints a new user gets from the command line with every default but the heal
+budget (MiniLM only): `hf-norms convert --heal-steps N` of all-MiniLM-L6-v2 to `--cli-norm-type` with 1256 training
+articles as calibration data (calibrated on the first 256, measured on the next 64, healed on the other 936), drawn
+from the training split by `--cli-data-seed` (no recipe draws them so; the test articles are never read), built once
+under `--work` and fine-tuned as they are written (their own config).
 
 Prints one JSON line per fine-tune as it ends and a Markdown table per protocol: mean accuracy, standard deviation
 and range over seeds, and the gap to LayerNorm's mean in points.
@@ -161,8 +162,11 @@ def starting_model(norm_type: str, task: Task, overrides: dict) -> tuple[torch.n
     samples = max(1, min(CALIBRATION_EXAMPLES, len(task.raw_train) - CALIBRATION_HELD_OUT))
     model = hf_norms.convert_model(layernorm, norm_type, task.raw_train, processor=task.processor,
                                    calibration_samples=samples)  # fmt: skip
-    cosine = model.conversion_report["stages"]["calibrated"]["end_to_end"]["mean_cosine"]
-    return model, f"convert_model, calibrated on {samples} examples (cosine {cosine:.3f})"
+    report = model.conversion_report
+    stage = "healed" if report.get("healing") else "calibrated"
+    cosine = report["stages"][stage]["end_to_end"]["mean_cosine"]
+    heal = f", healed {report['healing']['steps']} steps by default" if report.get("healing") else ""
+    return model, f"convert_model, calibrated on {samples} examples{heal} (cosine {cosine:.3f})"
 
 
 def fine_tune(model: torch.nn.Module, task: Task, protocol: dict, seed: int, smoke: bool) -> tuple[float, float]:
@@ -240,22 +244,20 @@ def record_into_folders(results: list[dict], description: str, command: str) -> 
     return written
 
 
-def cli_checkpoint(norm_type: str, cpu_minutes: float, data_seed: int, work: Path) -> str:
-    """The folder `hf-norms convert` and `hf-norms heal --max-cpu-minutes` write with every other option at its
-    default (see the module docstring), built under `work` unless it is there; returns its path."""
-    folder = work / f"cli-{norm_type}-seed{data_seed}-{cpu_minutes:g}cpumin"
+def cli_checkpoint(norm_type: str, heal_steps: int, data_seed: int, work: Path) -> str:
+    """The folder `hf-norms convert --heal-steps N` writes with every other option at its default (see the module
+    docstring), built under `work` unless it is there; returns its path."""
+    folder = work / f"cli-{norm_type}-seed{data_seed}-{heal_steps}steps"
     if (folder / REPORT_JSON).is_file() and (json.loads((folder / REPORT_JSON).read_text()).get("healing")):
         return str(folder)
     texts = [" ".join(text.split()) for text in packaged_dataset("bbc-news")["train"]["text"]]
     random.Random(data_seed).shuffle(texts)
     work.mkdir(parents=True, exist_ok=True)
-    calibration, healing = work / f"calibration-seed{data_seed}.txt", work / f"healing-seed{data_seed}.txt"
-    calibration.write_text("\n".join(texts[:256]) + "\n")
-    healing.write_text("\n".join(texts[256:1256]) + "\n")
+    calibration = work / f"calibration-seed{data_seed}.txt"
+    calibration.write_text("\n".join(texts[:1256]) + "\n")
     command = str(Path(sys.executable).with_name("hf-norms"))
     subprocess.run([command, "convert", str(packaged.minilm_path()), "--norm-type", norm_type, "--calibration-data",
-                    str(calibration), "--output", str(folder), "--overwrite"], check=True)  # fmt: skip
-    subprocess.run([command, "heal", str(folder), "--data", str(healing), "--max-cpu-minutes", f"{cpu_minutes:g}"],
+                    str(calibration), "--heal-steps", str(heal_steps), "--output", str(folder), "--overwrite"],
                    check=True)  # fmt: skip
     return str(folder)
 
@@ -289,8 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--record", action="store_true",
                         help="write each checkpoint folder's accuracy beside LayerNorm's into its conversion report")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="16 training and 16 test examples, a quarter of an epoch")
-    parser.add_argument("--cli-heal-cpu-minutes", nargs="*", type=float, default=[],
-                        help="also fine-tune what hf-norms convert + heal write with defaults, healed this long")  # fmt: skip
+    parser.add_argument("--cli-heal-steps", nargs="*", type=int, default=[],
+                        help="also fine-tune what hf-norms convert writes with defaults, healed this many steps")  # fmt: skip
     statistics_free = [name for name, spec in hf_norms.NORM_TYPES.items() if spec.statistics_free]
     parser.add_argument("--cli-norm-type", default=statistics_free[0], choices=statistics_free,
                         help="the norm_type of those checkpoints")  # fmt: skip
@@ -314,8 +316,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     transformers.logging.set_verbosity_error()
     task = TASKS[args.task](args.smoke)
     overrides = parse_overrides(args.override)
-    built = [cli_checkpoint(args.cli_norm_type, minutes, args.cli_data_seed, args.work)
-             for minutes in args.cli_heal_cpu_minutes]  # fmt: skip
+    built = [cli_checkpoint(args.cli_norm_type, steps, args.cli_data_seed, args.work)
+             for steps in args.cli_heal_steps]  # fmt: skip
     norm_types = sorted([*args.norm_types, *built], key=lambda name: name != "layernorm")  # the baseline first
     results = []
     for protocol in args.protocols:

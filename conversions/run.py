@@ -10,7 +10,8 @@ Each `conversions/<name>.json` is one published checkpoint:
       "source": "packaged:minilm" | "packaged:dinov2-small" | a checkpoint folder | a Hub id,
       "convert": {keyword arguments of hf_norms.convert.convert: "norm_type", "options", "calibration_data",
                   "calibration_samples", "evaluation_data", "evaluation_samples", "max_length", ...},
-      "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional),
+      "heal": {keyword arguments of hf_norms.healing.heal: "data", "max_steps", "max_minutes", ...}   (optional;
+               a recipe that heals gives its convert "heal_steps": 0, so the recorded heal is its only one),
       "config": {config fields written into the built checkpoint after healing}   (optional),
       "card": {keyword arguments of hf_norms.model_card.gather_card_facts: "base_model", "license", "notes", ...},
       "fine_tuning": {a record of `python -m benchmarks.finetune_from_stock ... --record`}   (optional)

@@ -2,7 +2,8 @@
 
 1. Build the real checkpoints: all-MiniLM-L6-v2 (BERT, a sentence-transformers model) and DINOv2-S/14 (a
    `Dinov2Model`), from the packages that ship them (`hf_norms.packaged`).
-2. Convert them (`hf_norms.convert`): exact SepNorm/DTN/LaPE, and DyT calibrated on BBC News texts.
+2. Convert them (`hf_norms.convert`): exact SepNorm/DTN/LaPE, and DyT calibrated on BBC News texts and healed for a
+   short demo budget (`DEMO_HEAL_STEPS`; a conversion's default is 300 steps).
 3. Push each with its model card (`hf_norms.push_to_hub`) to a Hub on 127.0.0.1 (`hf_norms.hub.server`), or to
    `--endpoint`.
 4. In fresh processes with `HF_ENDPOINT` set, load every repo by id with `AutoModel.from_pretrained` after
@@ -25,6 +26,8 @@ from pathlib import Path
 from .cli_parsing import option
 from .errors import OutputFolderError
 from .output_folders import claim_folder, made_by_hf_norms
+
+DEMO_HEAL_STEPS = 20  # a heal the demo can wait for on 2 cores (about a minute); the default is 300
 
 
 @dataclass(kw_only=True)
@@ -100,7 +103,12 @@ def demo_jobs(minilm: str | Path, dinov2: Path, texts_file: Path, held_out_file:
             str(minilm),
             "text",
             "dyt",
-            {**text_data, "calibration_data": str(texts_file), "calibration_samples": 32},
+            {
+                **text_data,
+                "calibration_data": str(texts_file),
+                "calibration_samples": 32,
+                "heal_steps": DEMO_HEAL_STEPS,
+            },
         ),
         DemoJob("dinov2-small-dtn", str(dinov2), "image", "dtn", {}),
         DemoJob("dinov2-small-lape", str(dinov2), "image", "lape", {}),

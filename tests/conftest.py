@@ -336,7 +336,7 @@ def save_tiny_dyt_vit(folder: Path, image_count: int, output: str = "dyt", **con
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder / "source")
     images = save_images(folder / "images", image_count)
     convert(folder / "source", "dyt", folder / output, calibration_data=images, calibration_samples=8,
-            evaluation_samples=4, **convert_options)  # fmt: skip
+            evaluation_samples=4, **{"heal_steps": 0, **convert_options})  # fmt: skip
     return folder / output, images
 
 

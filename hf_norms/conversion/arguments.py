@@ -177,6 +177,13 @@ class ConversionOptions:
         "the report shows every choice",
         metavar="C",
     )
+    heal_steps: int = option(
+        "DyT/Derf: optimizer steps of healing by distillation from the source after calibration, on the calibration "
+        "data less the evaluation examples, as `hf-norms heal` runs it (0: calibrated only, which the report and the "
+        "card then state; a calibrated-only model fine-tunes several points below its source)",
+        300,
+        metavar="N",
+    )
     text_column: str | None = option(
         "the column of texts in a .csv/.tsv/.json/.jsonl/.parquet file or saved dataset (default: text, sentence, "
         "content or document, else the first text column)"
@@ -191,6 +198,8 @@ class ConversionOptions:
     def __post_init__(self) -> None:
         check_counts(self, "calibration_samples", "evaluation_samples", "ood_evaluation_samples", "probe_samples",
                      "max_length", "batch_size")  # fmt: skip
+        if not isinstance(self.heal_steps, int) or isinstance(self.heal_steps, bool) or self.heal_steps < 0:
+            raise ConversionError(f"{flag(self, 'heal_steps')} must be an integer >= 0, got {self.heal_steps!r}.")
         cosine = self.target_cosine
         if cosine is not None and not (isinstance(cosine, (int, float)) and 0 < cosine <= 1):
             raise ConversionError(f"--target-cosine must be in (0, 1], got {cosine}.")

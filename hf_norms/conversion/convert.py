@@ -11,8 +11,10 @@
   can centre it (pre-LN, with `FamilySpec.residual`) once every write into the residual stream is made mean-free (`residual_stream.center_residual_stream`).
 - The others need calibration data (`dyt`, `derf`; the registry's `calibration`): the naive swap (LN gamma/beta
   copied, the rest at its inits) is measured, then every converted layer is calibrated in forward order
-  (`calibration.calibrate_norms`), DyT's and Derf's with one alpha (and shift) per channel by default.
-  `hf-norms heal` then distils the result from the original.
+  (`calibration.calibrate_norms`), DyT's and Derf's with one alpha (and shift) per channel by default. The
+  calibrated model is then healed by distillation from the original for `heal_steps` optimizer steps (default 300,
+  `healed_conversion`), on the calibration data less the evaluation examples; `heal_steps=0` returns it calibrated
+  only, and its report and card say so. `hf-norms heal` heals further.
 - `--fold` moves the norms' gamma/beta into the Linear layers that read them (pre-LN families only, see `folding`).
 
 `convert_model` converts a model object and leaves it as it was. `convert` reads a checkpoint folder or Hub id (only
@@ -28,7 +30,6 @@ import copy
 import dataclasses
 import os
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,13 +40,13 @@ from ..errors import ConversionError, one_line, require_type
 from ..models.family_registry import MODEL_CLASSES
 from ..models.family_spec import FamilySpec
 from ..models.norm_options import NormOptions
-from ..norms.build import NORM_TYPES, NormSpec, function_preserving_options, norm_spec
+from ..norms.build import NEW_PARAMETER_SUFFIXES, NORM_TYPES, NormSpec, function_preserving_options, norm_spec
 from ..output_folders import PlannedOutput, checkpoint_files
 from ..readers import read_json_object
 from ..version import VERSION
 from .arguments import ConversionOptions, ConvertArguments, split_options
 from .calibration import calibrate_norms, norms_in_forward_order
-from .checkpoint_io import SAFETENSORS_INDEX, resolve_source
+from .checkpoint_io import resolve_source
 from .data import (
     Examples,
     check_data,
@@ -56,9 +57,10 @@ from .data import (
     probe_examples,
 )
 from .devices import resolve_device
-from .downstream import CheckData, DownstreamChecks, check_out_of_domain, local_data, with_downstream
+from .downstream import CheckData, DownstreamChecks, check_out_of_domain, data_places, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .folding import check_foldable, fold_and_check
+from .healed_conversion import heal_converted
 from .layer_choice import layer_plan, sweep_layernorm_layers
 from .progress import StageLines
 from .report import set_fine_tuning_config, write_report
@@ -74,6 +76,7 @@ from .sources import (
     load_teacher,
     own_max_length,
     quiet_transformers,
+    save_checkpoint,
     sentence_transformers_files,
 )
 
@@ -85,10 +88,6 @@ PROCESSORS = {
 }
 DEFAULT_MAX_LENGTH = 128  # tokens per text, for a model converted in memory
 OPTION_FIELDS = {f.name: f for f in dataclasses.fields(NormOptions)}
-# Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
-NEW_PARAMETER_SUFFIXES = tuple(
-    dict.fromkeys(suffix for spec in NORM_TYPES.values() for suffix in spec.added_parameters)
-)
 
 
 def needs_calibration(spec: NormSpec, family: FamilySpec) -> bool:
@@ -132,11 +131,6 @@ def evaluation_examples(
     return probe_examples(modality), 0
 
 
-def data_places(**sources: Any) -> dict[str, Path | None]:
-    """The local paths among data sources (files or folders), which no output may touch."""
-    return {name: Path(value) for name, value in sources.items() if isinstance(value, (str, Path))}
-
-
 def check_finite_weights(model: nn.Module, source: str) -> None:
     """Refuse a source whose weights hold NaN or infinity, naming the first such tensor. A tensor's sum is finite when
     all its values are (NaN and infinity propagate), and summing is much faster than testing every value; only a
@@ -165,7 +159,11 @@ def convert_model(
     `evaluation_data` are what `data.load_examples` takes (texts, images, a `.txt` file, an image folder, a
     `datasets.Dataset`), encoded with `processor` (the model's tokenizer or image processor). Without evaluation data
     the calibration examples after the first `calibration_samples` are held out for evaluation, or built-in probe
-    inputs are used. `model` is left as it was. The conversion runs on the model's device. The returned model (the
+    inputs are used. A calibrated conversion (DyT, Derf) is healed by distillation from `model` for `heal_steps`
+    optimizer steps (default 300, a fixed seed: the same weights on a busy machine) on the calibration data less the
+    evaluation examples, as `hf-norms convert` heals it; `heal_steps=0` returns it calibrated only, which fine-tunes
+    several points below its source (the report's `heal_steps` and the card say so). `model` is left as it was. The
+    conversion runs on the model's device. The returned model (the
     matching hf-norms class, on that device) carries the fidelity report as `conversion_report`, the dict
     `hf-norms convert` writes as `conversion_report.json`.
 
@@ -228,16 +226,23 @@ def convert_with(
         "folded": arguments.fold, "calibration": calibration, "healing": None,
         "evaluation": data.evaluation_record(max_length), **data.downstream.records(), "stages": stages,
         **({"layer_sweep": layer_sweep} if arguments.target_cosine is not None else {}),
+        **({"heal_steps": arguments.heal_steps} if calibrated else {}),
     }  # fmt: skip
+    if calibrated and arguments.heal_steps:
+        stage(
+            f"healing by distillation from the source, {arguments.heal_steps} steps (--heal-steps 0: calibrated only)"
+        )
+        student = heal_converted(student, teacher, processor, arguments, source.modality)
     if arguments.fold:
         student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
     return student
 
 
 def conversion_stages(norm_type: str, family: FamilySpec, arguments: ConversionOptions) -> int:
-    """How many stages `convert_with` announces: data, build, measure (and calibrate, measure again; choose layers)."""
+    """How many stages `convert_with` announces: data, build, measure (and calibrate, measure again; choose layers;
+    heal)."""
     calibrated = needs_calibration(norm_spec(norm_type), family)
-    return 3 + 2 * calibrated + (arguments.target_cosine is not None)
+    return 3 + 2 * calibrated + (arguments.target_cosine is not None) + (calibrated and arguments.heal_steps > 0)
 
 
 def check_calibration_data(spec: NormSpec, family: FamilySpec, calibration_data: Any) -> None:
@@ -490,15 +495,3 @@ def raw_probe_batch(config) -> dict:
         return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
     return {"pixel_values": torch.randn(4, config.num_channels, size, size, generator=generator)}
-
-
-def save_checkpoint(model: nn.Module, processor, folder: Path) -> None:
-    """Weights (safetensors), config with the full auto_map, remote code files, and the tokenizer/image processor.
-
-    Saved over a copy of a sharded checkpoint (`heal`), the copy's shards go (`save_pretrained` removes them) and so
-    does their index, which it would leave naming files that no longer exist."""
-    (folder / SAFETENSORS_INDEX).unlink(missing_ok=True)
-    with quiet_transformers():
-        model.save_pretrained(folder)
-        if processor is not None:
-            processor.save_pretrained(folder)

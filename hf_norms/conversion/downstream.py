@@ -317,8 +317,13 @@ def dataset_name(description: str) -> str:
     return packaged.DATASET_NAMES.get(key, description)
 
 
+def data_places(**sources: Any) -> dict[str, Path | None]:
+    """The local paths among data sources (files or folders), which no output may touch."""
+    return {name: Path(value) for name, value in sources.items() if isinstance(value, (str, Path))}
+
+
 def local_data(**sources: Any) -> dict[str, Any]:
-    """The data sources that may be local paths (for `convert.data_places`): `"packaged"` and `"packaged:<key>"`
+    """The data sources that may be local paths (for `data_places`): `"packaged"` and `"packaged:<key>"`
     name no file, and neither do in-memory ones."""
     return {name: value for name, value in sources.items() if value != PACKAGED and packaged_key(value) is None}
 

@@ -45,6 +45,7 @@ from torch import nn
 from transformers import TrainingArguments
 
 from ..models.family_registry import MODEL_CLASSES
+from ..norms.build import NEW_PARAMETER_SUFFIXES
 from ..output_folders import (
     ClaimedFolder,
     PlannedOutput,
@@ -64,7 +65,6 @@ from .checkpoint_io import (
     set_aside_newer_checkpoints,
 )
 from .config_checks import check_model_fits, check_source_config
-from .convert import NEW_PARAMETER_SUFFIXES, data_places, save_checkpoint
 from .data import (
     Examples,
     encode_batches,
@@ -83,7 +83,7 @@ from .distillation import (
     disable_dropout,
     loss_description,
 )
-from .downstream import check_out_of_domain, checks_for_report, local_data, with_downstream
+from .downstream import check_out_of_domain, checks_for_report, data_places, local_data, with_downstream
 from .fidelity import measure_fidelity
 from .processes import Processes
 from .progress import StageLines
@@ -95,6 +95,7 @@ from .sources import (
     load_processor,
     load_teacher,
     quiet_transformers,
+    save_checkpoint,
 )
 from .streaming import DataSource, HeldOut, Stream, is_streamed, open_stream, text_windows
 
@@ -237,7 +238,8 @@ def heal_prepared(run: HealingRun) -> ClaimedFolder | None:
         measure_retrieval(report, run.retrieval, student, run.teacher)
         report["healing"] = {
             "data": examples.description, "samples": len(examples) if isinstance(examples, Examples) else examples.size,
-            "steps": steps, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+            "steps": steps, "max_steps": a.max_steps, "seed": a.seed,
+            "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
             "threads": torch.get_num_threads(),
             "loss": loss_description(a.loss_weights, a.student_dropout and a.student_dropout_until),
             "student_dropout": a.student_dropout, "student_dropout_until": a.student_dropout_until,
@@ -403,10 +405,13 @@ def _evaluation_examples(report: dict, modality: str, evaluation_data: Any) -> t
 
 
 # What the Trainer writes into a checkpoint of the student: the model (`save_pretrained`: config, weights and their
-# index, remote code), the run's state, optimizer, scheduler, scaler and random states, and the arguments
+# index, remote code), the tokenizer it takes from the text collator (`DataCollatorWithPadding`), the run's state,
+# optimizer, scheduler, scaler and random states, and the arguments
 TRAINER_CHECKPOINT_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
-                            "configuration_*.py", "modeling_*.py", "trainer_state.json", "training_args.bin",
-                            "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")  # fmt: skip
+                            "configuration_*.py", "modeling_*.py", "tokenizer.json", "tokenizer_config.json",
+                            "vocab.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                            "trainer_state.json", "training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt",
+                            "rng_state*.pth")  # fmt: skip
 
 
 class RecordedSaves(transformers.TrainerCallback):

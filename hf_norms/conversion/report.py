@@ -132,6 +132,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"- Healing: {healing['steps']} steps on {examples}, {healing['seconds']:.0f} s; loss: {healing['loss']}"
         )
+    elif report.get("heal_steps") == 0:
+        lines.append("- Healing: none (`heal_steps=0`: calibrated only; `hf-norms heal` distils it from the source)")
     folding = report.get("folding")
     if folding:
         skipped = "; ".join(f"`{name}`: {reason}" for name, reason in folding["skipped"].items()) or "none"

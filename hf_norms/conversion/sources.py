@@ -23,7 +23,7 @@ from ..models.family_spec import FamilySpec
 from ..norms.registry import STOCK
 from ..output_folders import copy_checkpoint_files
 from ..readers import read_json, read_json_object
-from .checkpoint_io import SourceCheckpoint
+from .checkpoint_io import SAFETENSORS_INDEX, SourceCheckpoint
 from .config_checks import check_model_fits
 
 PROCESSOR_FILES = {
@@ -251,3 +251,15 @@ def own_max_length(folder: Path) -> int:
     """The tokens per text a source is used with, at which a conversion measures it: a sentence-transformers model's
     `max_seq_length`, else `DEFAULT_MAX_LENGTH`."""
     return sentence_transformers_max_length(folder) or DEFAULT_MAX_LENGTH
+
+
+def save_checkpoint(model: nn.Module, processor, folder: Path) -> None:
+    """Weights (safetensors), config with the full auto_map, remote code files, and the tokenizer/image processor.
+
+    Saved over a copy of a sharded checkpoint (`heal`), the copy's shards go (`save_pretrained` removes them) and so
+    does their index, which it would leave naming files that no longer exist."""
+    (folder / SAFETENSORS_INDEX).unlink(missing_ok=True)
+    with quiet_transformers():
+        model.save_pretrained(folder)
+        if processor is not None:
+            processor.save_pretrained(folder)

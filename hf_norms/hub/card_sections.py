@@ -93,6 +93,11 @@ def provenance(facts: CardFacts) -> list[str]:
             steps.append(
                 f"Calibrated ({c['method']}) on {c['samples']} samples of {data_name(c['data'])}, in {c['seconds']:.1f} s."
             )
+        if report.get("heal_steps") == 0 and not report.get("healing"):
+            steps.append(
+                "Not healed: the conversion was asked to stop after calibration (`heal_steps=0`), so the model "
+                "fine-tunes several points below its source; `hf-norms heal` distils it from the source."
+            )
         if report.get("healing"):
             h = report["healing"]
             data = data_name(h["data"])

@@ -52,6 +52,12 @@ def __getattr__(name: str) -> type:
     return layer_class_named(name)
 
 
+# Parameters a norm_type adds to a LayerNorm checkpoint: the only keys allowed to be missing when loading the source.
+NEW_PARAMETER_SUFFIXES = tuple(
+    dict.fromkeys(suffix for spec in NORM_TYPES.values() for suffix in spec.added_parameters)
+)
+
+
 def norm_spec(norm_type: str) -> NormSpec:
     """The registry entry of `norm_type`; a name that is not one is a `ValueError` listing the choices."""
     spec = NORM_TYPES.get(norm_type) if isinstance(norm_type, str) else None

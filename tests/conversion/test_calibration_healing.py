@@ -114,7 +114,7 @@ def test_a_long_line_calibrates_on_the_windows_it_is_cut_into(tiny_bert_dir, tmp
     path = tmp_path / "data.txt"
     path.write_text("a first text\n" + "word " * 4_000_000 + "\nlast\n")
     report = convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=path, calibration_samples=4,
-                     evaluation_samples=4, max_length=32)  # fmt: skip
+                     evaluation_samples=4, max_length=32, heal_steps=0)  # fmt: skip
     assert report["calibration"]["samples"] == 4
     assert {key: report["evaluation"][key] for key in ("data", "start", "samples")} == {
         "data": str(path), "start": 4, "samples": 4
@@ -145,6 +145,7 @@ def minilm_dyt(minilm_dir, news_files, tmp_path_factory):
         calibration_samples=16,
         evaluation_samples=8,
         max_length=64,
+        heal_steps=0,
     )
     return out
 
@@ -314,7 +315,7 @@ def tiny_classifier_dyt(minilm_dir, news_files, tmp_path_factory):
     BertForSequenceClassification(config).save_pretrained(folder / "source")
     tokenizer.save_pretrained(folder / "source")
     convert(folder / "source", "dyt", folder / "dyt", calibration_data=news_files / "calibration.txt",
-            calibration_samples=8, evaluation_samples=4, max_length=32)  # fmt: skip
+            calibration_samples=8, evaluation_samples=4, max_length=32, heal_steps=0)  # fmt: skip
     return folder / "dyt"
 
 

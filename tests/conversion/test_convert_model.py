@@ -43,7 +43,14 @@ def test_convert_model_calibrates_dyt_on_texts_with_the_tokenizer(minilm_dir, ne
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
     texts = news_sentences * 4
     converted = hf_norms.convert_model(
-        model, "dyt", texts, processor=tokenizer, calibration_samples=8, evaluation_samples=8, max_length=32
+        model,
+        "dyt",
+        texts,
+        processor=tokenizer,
+        calibration_samples=8,
+        evaluation_samples=8,
+        max_length=32,
+        heal_steps=0,
     )
     stages = converted.conversion_report["stages"]
     assert type(converted).__name__ == "BertNormForMaskedLM"

@@ -181,7 +181,9 @@ def test_an_exact_conversion_is_exact_on_short_inputs_and_shows_no_other_check(t
 def test_text_stages_and_healing_report_short_inputs(tiny_bert_dir, tmp_path):
     articles = [text for text, _ in packaged.bbc_news()[:20]]
     folder = tmp_path / "bert-dyt"
-    report = convert(tiny_bert_dir, "dyt", folder, calibration_data=articles, calibration_samples=16, max_length=32)
+    report = convert(
+        tiny_bert_dir, "dyt", folder, calibration_data=articles, calibration_samples=16, max_length=32, heal_steps=0
+    )
     assert report["short_input_evaluation"] == {"data": "in-memory list of 20 texts", "samples": 4, "words": "3-8"}
     naive, calibrated = report["stages"]["naive"], report["stages"]["calibrated"]
     # calibrated on 32-token windows of articles: a few words' worth of tokens is measured apart, and fits less well
@@ -200,7 +202,7 @@ def test_dyt_stages_and_healing_keep_the_downstream_checks(tiny_vit_dir, tmp_pat
     report = convert(
         tiny_vit_dir, "dyt", folder, calibration_data=images[:8], calibration_samples=8, evaluation_data=images[8:],
         evaluation_samples=4, ood_evaluation_data="packaged", ood_evaluation_samples=3, probe_data="packaged",
-        probe_samples=8,
+        probe_samples=8, heal_steps=0,
     )  # fmt: skip
     assert report["out_of_domain_evaluation"]["name"] == "scikit-learn digits"
     assert report["probe_evaluation"]["name"] == "Fashion-MNIST (10 classes)"
@@ -239,7 +241,15 @@ def test_out_of_domain_data_that_is_the_calibration_data_is_refused(tiny_bert_di
         convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16,
                 max_length=16, ood_evaluation_data=str(texts))  # fmt: skip
     assert not (tmp_path / "out").exists()
-    convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16, max_length=16)
+    convert(
+        tiny_bert_dir,
+        "dyt",
+        tmp_path / "out",
+        calibration_data=texts,
+        calibration_samples=16,
+        max_length=16,
+        heal_steps=0,
+    )
     with pytest.raises(ConversionError, match="is the healing data"):
         healing.heal(tmp_path / "out", texts, max_steps=1, max_length=16, ood_evaluation_data=texts, progress=False)
 

@@ -52,7 +52,8 @@ def three_layer_bert(minilm_dir):
 def test_kept_layers_are_the_original_layernorms_and_the_others_are_calibrated(three_layer_bert):
     model, tokenizer, texts = three_layer_bert
     converted = hf_norms.convert_model(model, "dyt", texts, processor=tokenizer, calibration_samples=16,
-                                       evaluation_samples=8, max_length=16, keep_layernorm="-1")  # fmt: skip
+                                       evaluation_samples=8, max_length=16, keep_layernorm="-1",
+                                       heal_steps=0)  # fmt: skip
     assert converted.config.layer_norm_types == ["dyt", "dyt", "layernorm"]
     kept = converted.encoder.layer[2].output.LayerNorm
     assert type(kept).__name__ == "LayerNorm"
@@ -141,7 +142,7 @@ def test_the_command_line_keeps_the_named_layers(tiny_bert_dir, tmp_path):
     texts.write_text("\n".join(f"line {i} of the calibration text" for i in range(24)) + "\n")
     command = [str(HF_NORMS_SCRIPT), "convert", str(tiny_bert_dir), "--norm-type", "dyt", "--output", str(out),
                "--calibration-data", str(texts), "--calibration-samples", "16", "--max-length", "16",
-               "--keep-layernorm=-1"]  # fmt: skip
+               "--heal-steps", "0", "--keep-layernorm=-1"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     reloaded = hf_norms.BertNormForMaskedLM.from_pretrained(out)
@@ -160,7 +161,7 @@ def test_the_card_names_the_layers_that_keep_layernorm(tiny_bert_dir, tmp_path):
 
     texts = [f"line {i} of the calibration text" for i in range(24)]
     hf_norms.convert(tiny_bert_dir, "dyt", tmp_path / "out", calibration_data=texts, calibration_samples=16,
-                     max_length=16, keep_layernorm="-1")  # fmt: skip
+                     max_length=16, keep_layernorm="-1", heal_steps=0)  # fmt: skip
     card = str(model_card_for_folder(tmp_path / "out", "org/mixed"))
     assert "Every LayerNorm of the model is replaced" not in card
     assert "in encoder layer 0 (layer 1 keeping LayerNorm)" in card
@@ -176,7 +177,7 @@ def test_heal_refuses_a_checkpoint_whose_layer_norm_types_were_edited(tiny_bert_
     texts.write_text("\n".join(f"line {i} of the calibration text" for i in range(24)) + "\n")
     out = tmp_path / "out"
     hf_norms.convert(tiny_bert_dir, "dyt", out, calibration_data=texts, calibration_samples=16, max_length=16,
-                     keep_layernorm="-1")  # fmt: skip
+                     keep_layernorm="-1", heal_steps=0)  # fmt: skip
     config = json.loads((out / "config.json").read_text())
     config["layer_norm_types"] = None  # by hand: layer 1's LayerNorms would get fresh DyT alphas
     (out / "config.json").write_text(json.dumps(config))

@@ -182,7 +182,15 @@ def test_heal_passes_the_similarity_weight_and_the_checkpoint_pooling_to_the_los
     )
     data = tmp_path / "news.txt"
     data.write_text("\n".join(" ".join(text.split()) for text in long_articles) + "\n")
-    convert(source, "dyt", tmp_path / "dyt", calibration_data=data, calibration_samples=4, evaluation_samples=2)
+    convert(
+        source,
+        "dyt",
+        tmp_path / "dyt",
+        calibration_data=data,
+        calibration_samples=4,
+        evaluation_samples=2,
+        heal_steps=0,
+    )
     calls, loss = [], distillation.distillation_loss
     monkeypatch.setattr(distillation, "distillation_loss", lambda *a, **k: calls.append(k) or loss(*a, **k))
     report = healing.heal(tmp_path / "dyt", data, output=tmp_path / "healed", max_steps=1, batch_size=4,

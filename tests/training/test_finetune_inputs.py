@@ -241,7 +241,7 @@ def test_a_stock_checkpoint_keeps_its_function_or_is_calibrated_before_fine_tuni
         )
     stages = dyt.trainer.model.conversion_report["stages"]
     assert type(dyt.trainer.model).__name__ == "BertNormForSequenceClassification"
-    assert "Expect accuracy well below the LayerNorm model's" in caplog.text and "hf-norms heal" in caplog.text
+    assert "Expect accuracy well below the LayerNorm model's" in caplog.text and "it heals by default" in caplog.text
     assert stages["calibrated"]["end_to_end"]["mean_cosine"] > stages["naive"]["end_to_end"]["mean_cosine"] + 0.3
 
 
@@ -318,7 +318,15 @@ def test_normalization_free_checkpoints_fine_tune_without_dropout_unless_the_use
     assert dropout("explicit", config_overrides="hidden_dropout_prob=0.1") == (0.1, 0.0)
     assert dropout("kept", normalization_free_defaults=False) == (0.1, 0.1)
     texts = [text for text, _ in packaged.bbc_news()[:24]]
-    convert(tiny_bert_dir, "dyt", tmp_path / "dyt", calibration_data=texts, calibration_samples=16, max_length=32)
+    convert(
+        tiny_bert_dir,
+        "dyt",
+        tmp_path / "dyt",
+        calibration_data=texts,
+        calibration_samples=16,
+        max_length=32,
+        heal_steps=0,
+    )
 
     def written() -> tuple[dict, dict]:
         config = json.loads((tmp_path / "dyt" / "config.json").read_text())
