@@ -232,7 +232,7 @@ def convert_with(
         stage(
             f"healing by distillation from the source, {arguments.heal_steps} steps (--heal-steps 0: calibrated only)"
         )
-        student = heal_converted(student, teacher, processor, arguments, source.modality)
+        student = heal_converted(student, teacher, processor, arguments, data.evaluation)
     if arguments.fold:
         student.conversion_report["folding"] = fold_and_check(student, data.evaluation_batches)
     return student

@@ -21,19 +21,19 @@ from typing import Any
 from torch import nn
 
 from .arguments import ConversionOptions, HealArguments
-from .data import load_examples, model_device
+from .data import Examples, load_examples, model_device
 from .healing import heal_folder, load_student
 from .report import write_report
 from .sources import save_checkpoint
 
 
 def heal_converted(
-    student: nn.Module, teacher: nn.Module, processor, arguments: ConversionOptions, modality: str
+    student: nn.Module, teacher: nn.Module, processor, arguments: ConversionOptions, evaluation: Examples
 ) -> nn.Module:
     """`student` (calibrated, with its `conversion_report`) healed from `teacher` for `arguments.heal_steps` steps on
-    the calibration data less the examples its report evaluates on; returned on the student's device with the report
-    of the healed stage (`healing`: the steps, their budget, the data, the loss, the seed)."""
-    report = student.conversion_report
+    the calibration data less the examples it was evaluated on (`evaluation`); returned on the student's device with
+    the report of the healed stage (`healing`: the steps, their budget, the data, the loss, the seed)."""
+    report, modality = student.conversion_report, evaluation.modality
     device = model_device(student)
     column = arguments.data_column(modality)
     with tempfile.TemporaryDirectory(prefix="hf-norms-heal-") as scratch:
@@ -45,7 +45,7 @@ def heal_converted(
             HealArguments(
                 folder=str(converted), teacher=str(source), output=str(healed), max_steps=arguments.heal_steps,
                 data=healing_data(arguments, modality, report),
-                evaluation_data=None if evaluated_on_a_file(arguments) else evaluation_items(arguments, modality, report),
+                evaluation_data=None if evaluated_on_a_file(arguments) else evaluation.items,
                 ood_evaluation_data=arguments.ood_evaluation_data, probe_data=arguments.probe_data,
                 max_length=report["evaluation"]["max_length"], device=device.type, progress=arguments.progress,
                 **({f"{modality}_column": column} if column else {}),
@@ -60,13 +60,6 @@ def evaluated_on_a_file(arguments: ConversionOptions) -> bool:
     """Whether the evaluation examples come from a file, which `heal` reads again (and leaves out of its stream)."""
     evaluation = arguments.evaluation_data if arguments.evaluation_data is not None else arguments.calibration_data
     return isinstance(evaluation, (str, os.PathLike))
-
-
-def evaluation_items(arguments: ConversionOptions, modality: str, report: dict[str, Any]) -> list:
-    """The evaluation examples of a conversion of data in memory, as it read them."""
-    start, samples = report["evaluation"]["start"], report["evaluation"]["samples"]
-    data = arguments.evaluation_data if arguments.evaluation_data is not None else arguments.calibration_data
-    return load_examples(data, modality, start + samples, arguments.data_column(modality)).items[start:]
 
 
 def healing_data(arguments: ConversionOptions, modality: str, report: dict[str, Any]) -> Any:
